@@ -1,0 +1,298 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/silo-db/silo/db"
+)
+
+// updateResult is one element of POST /profile-updates' "results".
+type updateResult struct {
+	Status string       `json:"status"`
+	Error  *errorObject `json:"error,omitempty"`
+}
+
+func newUpdateResult(status string, sqlstate, reason *string, deadLetterID *int64) updateResult {
+	res := updateResult{Status: status}
+	if status != "dead_letter" {
+		return res
+	}
+	e := &errorObject{ID: "invalid-profile-update", Data: map[string]any{}}
+	if sqlstate != nil {
+		e.Data["sqlstate"] = *sqlstate
+		if def, ok := db.LookupError(*sqlstate); ok {
+			e.ID = def.ID
+		}
+	}
+	if reason != nil {
+		e.Message = *reason
+	}
+	if deadLetterID != nil {
+		e.Data["deadLetterId"] = *deadLetterID
+	}
+	res.Error = e
+	return res
+}
+
+// readBody reads a JSON body that must be an object or an array.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("request body larger than %d bytes", s.maxBody), nil)
+		} else {
+			writeError(w, http.StatusBadRequest, "invalid-request-structure", "error reading the request body", nil)
+		}
+		return nil, false
+	}
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if !json.Valid(body) || len(trimmed) == 0 || (trimmed[0] != '{' && trimmed[0] != '[') {
+		writeError(w, http.StatusBadRequest, "invalid-request-structure", "the body must be a JSON object or a JSON array of objects", nil)
+		return nil, false
+	}
+	// PostgreSQL's jsonb refuses \u0000 in strings: that is bad input, not a server error.
+	if bytes.Contains(body, []byte(`\u0000`)) {
+		writeError(w, http.StatusBadRequest, "invalid-request-structure", `JSON strings may not contain \u0000`, nil)
+		return nil, false
+	}
+	return body, true
+}
+
+// POST /profile-updates: one update or an array of them, applied in order.
+func (s *server) profileUpdates(w http.ResponseWriter, r *http.Request) {
+	if !s.writer(w, r) {
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	rows, err := s.q.ProfileApplyBatch(r.Context(), body)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := struct {
+		Results []updateResult `json:"results"`
+	}{Results: make([]updateResult, len(rows))}
+	for i, row := range rows {
+		out.Results[i] = newUpdateResult(row.Status, row.Sqlstate, row.Reason, row.DeadLetterID)
+		op := "invalid"
+		if row.Operation != nil {
+			op = *row.Operation
+		}
+		s.metrics.updates.WithLabelValues(op, row.Status).Inc()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// boolParam reads an optional boolean query parameter.
+func boolParam(q url.Values, name string, def bool) (bool, error) {
+	v := q.Get(name)
+	if v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(strings.ToLower(v))
+	if err != nil {
+		return false, fmt.Errorf("query parameter %s must be true or false, not %q", name, v)
+	}
+	return b, nil
+}
+
+func intParam(q url.Values, name string, def, min, max int) (int, error) {
+	v := q.Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min || n > max {
+		return 0, fmt.Errorf("query parameter %s must be an integer from %d to %d, not %q", name, min, max, v)
+	}
+	return n, nil
+}
+
+func badParam(w http.ResponseWriter, err error) {
+	writeError(w, http.StatusBadRequest, "invalid-parameters-format", err.Error(), nil)
+}
+
+// profileDoc is the response of the profile reads (Granary's shape).
+type profileDoc struct {
+	CorrelationID      string          `json:"correlationId"`
+	Type               string          `json:"type"`
+	JSONPayload        json.RawMessage `json:"jsonPayload"`
+	TotalGrainVersions *int32          `json:"totalGrainVersions,omitempty"`
+	Links              map[string]any  `json:"_links,omitempty"`
+}
+
+// GET /profiles/{profileType}/{correlationId}
+func (s *server) profileGet(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.identity(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	withHistory, err1 := boolParam(q, "withHistory", true)
+	resolve, err2 := boolParam(q, "resolveProfileLinks", false)
+	if err := errors.Join(err1, err2); err != nil {
+		badParam(w, err)
+		return
+	}
+	var fragments []string
+	if f := q.Get("fragments"); f != "" {
+		for _, p := range strings.Split(f, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				fragments = append(fragments, p)
+			}
+		}
+	}
+	row, err := s.q.ProfileGet(r.Context(), db.ProfileGetParams{
+		ProfileType: r.PathValue("profileType"), CorrelationID: r.PathValue("correlationId"),
+		Fragments: fragments, WithHistory: withHistory, ResolveLinks: resolve, Readers: id.Readers,
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, profileDoc{CorrelationID: row.CorrelationID, Type: row.ProfileType, JSONPayload: row.JsonPayload})
+}
+
+// GET /profiles/{profileType}/{correlationId}/grain/{path...}
+func (s *server) profileGrainGet(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.identity(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	withHistory, err1 := boolParam(q, "withHistory", true)
+	resolve, err2 := boolParam(q, "resolveProfileLinks", false)
+	pageSize, err3 := intParam(q, "pageSize", 250, 1, 250)
+	offset, err4 := intParam(q, "offset", 0, 0, 1<<30)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		badParam(w, err)
+		return
+	}
+	row, err := s.q.ProfileGrainGet(r.Context(), db.ProfileGrainGetParams{
+		ProfileType: r.PathValue("profileType"), CorrelationID: r.PathValue("correlationId"),
+		Path: r.PathValue("path"), WithHistory: withHistory, PageSize: int32(pageSize),
+		PageOffset: int32(offset), ResolveLinks: resolve, Readers: id.Readers,
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	page := func(off int) map[string]string {
+		u := *r.URL
+		v := u.Query()
+		v.Set("pageSize", strconv.Itoa(pageSize))
+		v.Set("offset", strconv.Itoa(off))
+		v.Set("withHistory", strconv.FormatBool(withHistory))
+		u.RawQuery = v.Encode()
+		return map[string]string{"href": u.RequestURI()}
+	}
+	links := map[string]any{"self": page(offset)}
+	if offset+pageSize < int(row.TotalGrainVersions) {
+		links["next"] = page(offset + pageSize)
+	}
+	total := row.TotalGrainVersions
+	writeJSON(w, http.StatusOK, profileDoc{CorrelationID: row.CorrelationID, Type: row.ProfileType,
+		JSONPayload: row.JsonPayload, TotalGrainVersions: &total, Links: links})
+}
+
+// deadLetter is a dead letter in the API's camelCase.
+type deadLetter struct {
+	ID            int64           `json:"id"`
+	Message       json.RawMessage `json:"message"`
+	Reason        string          `json:"reason"`
+	Sqlstate      string          `json:"sqlstate"`
+	Context       *string         `json:"context"`
+	CorrelationID *string         `json:"correlationId"`
+	ProfileType   *string         `json:"profileType"`
+	Operation     *string         `json:"operation"`
+	Created       time.Time       `json:"created"`
+	ReplayCount   int32           `json:"replayCount"`
+	LastReplayed  *time.Time      `json:"lastReplayed"`
+	Resolved      *time.Time      `json:"resolved"`
+}
+
+// GET /dead-letters (admin)
+func (s *server) deadLetterList(w http.ResponseWriter, r *http.Request) {
+	if !s.admin(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	opt := func(name string) *string {
+		if v := q.Get(name); v != "" {
+			return &v
+		}
+		return nil
+	}
+	limit, err := intParam(q, "limit", 100, 1, 1000)
+	if err != nil {
+		badParam(w, err)
+		return
+	}
+	afterID, err := intParam(q, "afterId", 0, 0, 1<<62)
+	if err != nil {
+		badParam(w, err)
+		return
+	}
+	var resolved *bool
+	if q.Get("resolved") != "" {
+		b, err := boolParam(q, "resolved", false)
+		if err != nil {
+			badParam(w, err)
+			return
+		}
+		resolved = &b
+	}
+	rows, err := s.q.ProfileDeadLetterList(r.Context(), db.ProfileDeadLetterListParams{
+		CorrelationID: opt("correlationId"), ProfileType: opt("profileType"), Operation: opt("operation"),
+		Sqlstate: opt("sqlstate"), Resolved: resolved, AfterID: int64(afterID), MaxRows: int32(limit),
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := struct {
+		DeadLetters []deadLetter `json:"deadLetters"`
+		NextAfterID *int64       `json:"nextAfterId"`
+	}{DeadLetters: make([]deadLetter, len(rows))}
+	for i, d := range rows {
+		out.DeadLetters[i] = deadLetter{ID: d.ID, Message: d.Message, Reason: d.Reason, Sqlstate: d.Sqlstate,
+			Context: d.Context, CorrelationID: d.CorrelationID, ProfileType: d.ProfileType, Operation: d.Operation,
+			Created: d.Created, ReplayCount: d.ReplayCount, LastReplayed: d.LastReplayed, Resolved: d.Resolved}
+	}
+	if len(rows) == limit {
+		last := rows[len(rows)-1].ID
+		out.NextAfterID = &last
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// POST /dead-letters/{id}/replay (admin)
+func (s *server) deadLetterReplay(w http.ResponseWriter, r *http.Request) {
+	if !s.admin(w, r) {
+		return
+	}
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		badParam(w, fmt.Errorf("dead letter id must be a positive integer, not %q", r.PathValue("id")))
+		return
+	}
+	row, err := s.q.ProfileDeadLetterReplay(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, newUpdateResult(row.Status, row.Sqlstate, row.Reason, &row.DeadLetterID))
+}
