@@ -246,6 +246,10 @@ func serverCredential() (*syscall.Credential, error) {
 }
 
 func prepareDir(dir string, cred *syscall.Credential) error {
+	// Parents are created searchable, so the postgres user can reach the cluster directory.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("error creating cluster directory: %w", err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("error creating cluster directory: %w", err)
 	}

@@ -1,0 +1,55 @@
+package embedpg_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/silo-db/silo/db/embedpg"
+)
+
+func TestClusterLifecycle(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	require.NoError(t, os.Chmod(base, 0o755))
+	dir := filepath.Join(base, "nested", "pg")
+	opts := embedpg.Options{Dir: dir, Settings: map[string]string{"fsync": "off"}}
+
+	c, err := embedpg.Start(ctx, opts)
+	require.NoError(t, err)
+	require.True(t, c.Owned())
+	pid := c.Pid()
+	require.Positive(t, pid)
+	write := func(c *embedpg.Cluster, sql string) {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	write(c, `CREATE TABLE kept (x int); INSERT INTO kept VALUES (1)`)
+
+	// A second start on the same data directory reuses the running server and leaves it running.
+	c2, err := embedpg.Start(ctx, opts)
+	require.NoError(t, err)
+	require.False(t, c2.Owned())
+	require.Equal(t, c.Port(), c2.Port())
+	require.NoError(t, c2.Stop())
+	require.NoError(t, syscall.Kill(pid, 0), "the owner's server must still run")
+
+	// Stopping the owner stops the server, by its pid.
+	require.NoError(t, c.Stop())
+	require.Error(t, syscall.Kill(pid, 0), "server process still alive after Stop")
+
+	// Starting again reuses the cluster (no new initdb): the data is there.
+	c3, err := embedpg.Start(ctx, opts)
+	require.NoError(t, err)
+	defer c3.Stop()
+	require.True(t, c3.Owned())
+	write(c3, `SELECT 1/x FROM kept`)
+}
