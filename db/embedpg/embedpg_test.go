@@ -15,7 +15,9 @@ import (
 
 func TestClusterLifecycle(t *testing.T) {
 	ctx := context.Background()
-	base := t.TempDir()
+	base, err := os.MkdirTemp("", "silo-embedpg-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(base) })
 	require.NoError(t, os.Chmod(base, 0o755))
 	dir := filepath.Join(base, "nested", "pg")
 	opts := embedpg.Options{Dir: dir, Settings: map[string]string{"fsync": "off"}}
