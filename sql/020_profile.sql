@@ -1,0 +1,1009 @@
+-- Profile store, write path: profile update messages applied to profile.profilestore, rejected
+-- messages kept in profile.dead_letters, and profile links.
+--
+-- An update message (one JSON object):
+--   {"_operation": "_set", "_id": "007", "_profile_type": "_d", "_path": ["a2", "b1"],
+--    "_value": {"_v": "22", "_c": 0.4, "_in": "2018-09-24", "_ttl": "P3M", "_ttn": "P100Y",
+--               "_origin": "/belts/123", "_reader": "_auth"}, "_schema": null}
+--
+-- Public functions: api.profile_apply, api.profile_apply_batch, api.profile_dead_letter_list,
+-- api.profile_dead_letter_replay, api.profile_link_resolve. Everything else here is internal.
+--
+-- Rules where the specification leaves room (see also each function's comment):
+-- * Validation, in this order, the first failure wins: the message is an object; _operation (a
+--   string, default _set, one of the 21 operations); _id (a non-empty string); _profile_type (a
+--   non-empty string, default _d; profile_link is reserved for profile links: only _profile_link,
+--   _delete, _delete_with_history, _set_ttl and _set_ttn may address it); _path (an array of at
+--   least one non-empty string without "/", no segment _latest or shaped like a point in time, the
+--   first segment not _id; ignored by _profile_link); the key (_id, _profile_type, path) at most
+--   2000 bytes; _value (an object); _v (not null, the shape its operation needs); _c (a number or
+--   numeric string in [0, 1], default 1); _in (epoch milliseconds as a number or numeric string, a
+--   whole number, or an ISO 8601 date or date-time: a date alone is midnight UTC, a date-time
+--   without offset is UTC, fractions below the millisecond are cut; at most 9999-12-31; default
+--   now()); _ttl and _ttn (strict ISO 8601 durations such as P3M, P1W, PT1.5S or P1Y2M3DT4H5M6S, at
+--   most about 31,000 years, default P100Y); _origin (a string or null); _reader (a non-empty
+--   string, default _auth). Unknown keys, and _schema, are ignored.
+-- * Every write keeps expires_at = inserted + ttl and notify_at = inserted + ttn (computed in UTC),
+--   NULL when the duration is the default P100Y.
+-- * Profile links: a _profile_link that would create a cycle (a self link too) is rejected. Every
+--   other update for a linked _id is applied to the final target of its links, except _delete,
+--   _delete_with_history, _profile_link and updates addressing profile type profile_link.
+-- * Status of an applied update: ok when it wrote something, noop when it changed nothing
+--   (_set_if_not_exist on an existing value, a *_distinct or _set_max/_set_min that does not
+--   overwrite, _array_remove on a missing grain, _delete/_set_ttl/_set_ttn that matched no pit).
+
+-- One validated update message, as the batch carries it from validation to application.
+CREATE TYPE api.profile_update AS (
+    ord             integer,     -- position in the batch, from 1
+    message         jsonb,       -- the message as received
+    operation       text,        -- _operation (default _set); NULL when not a string
+    correlation_id  text,        -- _id
+    profile_type    text,        -- _profile_type (default _d); profile_link for _profile_link
+    path            text,        -- /a/b; /new for _profile_link
+    v               jsonb,       -- _value._v
+    certainty       real,
+    inserted        bigint,      -- epoch ms
+    ttl             text,
+    ttn             text,
+    origin          text,
+    reader          text,
+    grain_type      text,        -- the grain type this update writes (t, a, c)
+    inc             numeric[],   -- _inc: initial, step, steps
+    seg             integer,     -- segment: the updates between two updates that change profile
+                                 -- links; such an update is a segment of its own (odd numbers)
+    target          text,        -- the correlation id written (after profile links)
+    round           integer,     -- the n-th update of its grain within its segment
+    sqlstate        text,        -- validation failure, NULL when valid
+    reason          text,
+    context         text
+);
+COMMENT ON TYPE api.profile_update IS 'Internal: one profile update message after validation, as api.profile_apply_core passes it to api.profile_apply_round.';
+
+-- One result row of a batch.
+CREATE TYPE api.profile_apply_result AS (
+    ord             integer,
+    status          text,
+    operation       text,
+    correlation_id  text,
+    sqlstate        text,
+    reason          text,
+    context         text,
+    dead_letter_id  bigint
+);
+COMMENT ON TYPE api.profile_apply_result IS 'Internal: the result of one update of a batch, before api.profile_apply_batch returns it.';
+
+-- api.profile_pit: internal. The history point in time of a value inserted at p_ms (epoch ms):
+-- _YYYYMMDDTHHMISS.mmmZ in UTC.
+CREATE FUNCTION api.profile_pit(p_ms bigint)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT '_' || to_char(timestamp '1970-01-01' + p_ms * interval '1 millisecond', 'YYYYMMDD"T"HH24MISS.MS"Z"');
+$$;
+COMMENT ON FUNCTION api.profile_pit(bigint) IS
+    'Internal: the history point in time (_YYYYMMDDTHHMISS.mmmZ, UTC) of a value inserted at epoch milliseconds p_ms.';
+
+-- api.profile_expiry: internal. inserted + duration, computed in UTC so the session time zone
+-- does not matter; NULL for the default duration P100Y (never). p_duration must be a duration
+-- accepted by api.profile_duration_error.
+CREATE FUNCTION api.profile_expiry(p_inserted bigint, p_duration text)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN p_duration = 'P100Y' THEN NULL::timestamptz
+                ELSE ((timestamp '1970-01-01' + p_inserted * interval '1 millisecond') + p_duration::interval) AT TIME ZONE 'UTC'
+           END;
+$$;
+COMMENT ON FUNCTION api.profile_expiry(bigint, text) IS
+    'Internal: epoch milliseconds p_inserted plus the ISO 8601 duration p_duration as a timestamptz (computed in UTC); NULL when p_duration is P100Y, which means never.';
+
+-- api.profile_duration_error: internal. Checks an ISO 8601 duration strictly (PnYnMnWnDTnHnMnS,
+-- each part optional but at least one, decimals with a dot, no sign) and returns why it is not
+-- acceptable, or NULL when it is. p_label names the field in the reason.
+CREATE FUNCTION api.profile_duration_error(p_value text, p_label text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_num constant text := '(\d+(?:\.\d+)?)';
+    v_re  text;
+    v_m   text[];
+BEGIN
+    IF p_value = 'P100Y' THEN
+        RETURN NULL;
+    END IF;
+    IF length(p_value) > 64 THEN
+        RETURN p_label || ' is out of range';
+    END IF;
+    v_re := '^P(?:' || v_num || 'Y)?(?:' || v_num || 'M)?(?:' || v_num || 'W)?(?:' || v_num || 'D)?'
+         || '(?:T(?:' || v_num || 'H)?(?:' || v_num || 'M)?(?:' || v_num || 'S)?)?$';
+    v_m := regexp_match(p_value, v_re);
+    IF v_m IS NULL OR p_value ~ '^PT?$' OR p_value ~ 'T$' THEN
+        IF p_value ~ '-' AND regexp_replace(p_value, '^-(?=P)|-(?=\d)', '', 'g') ~ v_re
+           AND regexp_replace(p_value, '^-(?=P)|-(?=\d)', '', 'g') !~ '^PT?$|T$' THEN
+            RETURN p_label || ' contains a negative number';
+        END IF;
+        RETURN p_label || ' must be an ISO 8601 duration like P3M, P1DT12H or PT30S';
+    END IF;
+    IF coalesce(v_m[1]::numeric, 0) * 31557600 + coalesce(v_m[2]::numeric, 0) * 2629800
+       + coalesce(v_m[3]::numeric, 0) * 604800 + coalesce(v_m[4]::numeric, 0) * 86400
+       + coalesce(v_m[5]::numeric, 0) * 3600 + coalesce(v_m[6]::numeric, 0) * 60
+       + coalesce(v_m[7]::numeric, 0) > 1e12 THEN
+        RETURN p_label || ' is out of range';
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION api.profile_duration_error(text, text) IS
+    'Internal: NULL when p_value is a strict ISO 8601 duration Silo accepts (P3M, P1W, PT1.5S, P1Y2M3DT4H5M6S; at most about 31,000 years), else the reason, naming the field p_label.';
+
+-- api.profile_in_parse: internal. An ISO 8601 date (YYYY-MM-DD, midnight UTC) or date-time
+-- (YYYY-MM-DDTHH:MI[:SS[.fff]][Z|+HH[:MM]|-HH[:MM]], UTC when no offset is given) as epoch
+-- milliseconds, fractions below the millisecond cut; NULL when p_text is not such a valid date.
+-- The result may be negative (before 1970): the caller rejects that.
+CREATE FUNCTION api.profile_in_parse(p_text text)
+RETURNS numeric
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_m    text[];
+    v_y    integer;
+    v_mo   integer;
+    v_d    integer;
+    v_h    integer;
+    v_mi   integer;
+    v_s    integer;
+    v_dim  integer;
+    v_off  integer := 0;
+BEGIN
+    v_m := regexp_match(p_text,
+        '^(\d{4})-(\d{2})-(\d{2})(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(Z|[+-]\d{2}(?::?\d{2})?)?)?$');
+    IF v_m IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_y := v_m[1]::integer;
+    v_mo := v_m[2]::integer;
+    v_d := v_m[3]::integer;
+    v_h := coalesce(v_m[4]::integer, 0);
+    v_mi := coalesce(v_m[5]::integer, 0);
+    v_s := coalesce(v_m[6]::integer, 0);
+    IF v_y < 1 OR v_mo NOT BETWEEN 1 AND 12 OR v_h > 23 OR v_mi > 59 OR v_s > 59 THEN
+        RETURN NULL;
+    END IF;
+    v_dim := CASE WHEN v_mo = 2 THEN CASE WHEN (v_y % 4 = 0 AND v_y % 100 <> 0) OR v_y % 400 = 0 THEN 29 ELSE 28 END
+                  WHEN v_mo IN (4, 6, 9, 11) THEN 30
+                  ELSE 31 END;
+    IF v_d NOT BETWEEN 1 AND v_dim THEN
+        RETURN NULL;
+    END IF;
+    IF v_m[8] IS NOT NULL AND v_m[8] <> 'Z' THEN
+        IF substr(v_m[8], 2, 2)::integer > 23 OR coalesce(nullif(right(replace(v_m[8], ':', ''), 2), ''), '0')::integer > 59
+           AND length(replace(v_m[8], ':', '')) = 5 THEN
+            RETURN NULL;
+        END IF;
+        v_off := substr(v_m[8], 2, 2)::integer * 60
+               + CASE WHEN length(replace(v_m[8], ':', '')) = 5 THEN right(v_m[8], 2)::integer ELSE 0 END;
+        IF left(v_m[8], 1) = '-' THEN
+            v_off := -v_off;
+        END IF;
+    END IF;
+    RETURN extract(epoch FROM make_timestamp(v_y, v_mo, v_d, v_h, v_mi, v_s)) * 1000
+         + coalesce(floor(('0.' || v_m[7])::numeric * 1000), 0)
+         - v_off * 60000;
+END
+$$;
+COMMENT ON FUNCTION api.profile_in_parse(text) IS
+    'Internal: an ISO 8601 date (midnight UTC) or date-time (UTC unless an offset is given) as epoch milliseconds; NULL when p_text is not a valid date.';
+
+-- api.profile_value_beats: internal. Whether p_new wins against p_old for _set_max (p_max) or
+-- _set_min: numerically when both look like JSON numbers (exponents of at most three digits),
+-- else byte-wise (COLLATE "C"), which orders ISO 8601 dates. Equal values never win.
+CREATE FUNCTION api.profile_value_beats(p_new text, p_old text, p_max boolean)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN length(p_new) <= 1000 AND length(p_old) <= 1000
+             AND p_new ~ '^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]{1,3})?$'
+             AND p_old ~ '^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]{1,3})?$'
+        THEN CASE WHEN p_max THEN p_new::numeric > p_old::numeric ELSE p_new::numeric < p_old::numeric END
+        ELSE CASE WHEN p_max THEN p_new COLLATE "C" > p_old COLLATE "C" ELSE p_new COLLATE "C" < p_old COLLATE "C" END
+    END;
+$$;
+COMMENT ON FUNCTION api.profile_value_beats(text, text, boolean) IS
+    'Internal: whether p_new is higher (p_max) or lower than p_old: numerically when both are JSON-number-shaped, else byte-wise; equal never wins.';
+
+-- api.profile_path_check: internal. Validates a _path that is not in the plain form the batch
+-- query checks inline: returns {path, NULL} for a valid path (segments joined with "/", a leading
+-- "/"), else {NULL, reason}.
+CREATE FUNCTION api.profile_path_check(p_path jsonb)
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_segs text[];
+BEGIN
+    IF p_path IS NULL OR p_path = 'null' THEN
+        RETURN ARRAY[NULL, '_path can not be null'];
+    END IF;
+    IF jsonb_typeof(p_path) <> 'array' OR jsonb_array_length(p_path) = 0
+       OR EXISTS (SELECT 1 FROM jsonb_array_elements(p_path) AS x WHERE jsonb_typeof(x) <> 'string') THEN
+        RETURN ARRAY[NULL, '_path must be an Array of at least one String'];
+    END IF;
+    v_segs := ARRAY(SELECT jsonb_array_elements_text(p_path));
+    IF '' = ANY (v_segs) THEN
+        RETURN ARRAY[NULL, '_path segments can not be empty'];
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(v_segs) AS s WHERE strpos(s, '/') > 0) THEN
+        RETURN ARRAY[NULL, '_path segments can not contain "/"'];
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(v_segs) AS s WHERE s = '_latest' OR s ~ '^_[0-9]{8}T[0-9]{6}\.[0-9]{3}Z$') THEN
+        RETURN ARRAY[NULL, '_path segments can not be _latest or a point in time like _20210706T155637.111Z'];
+    END IF;
+    IF v_segs[1] = '_id' THEN
+        RETURN ARRAY[NULL, '_path can not start with _id, the profile''s own id'];
+    END IF;
+    RETURN ARRAY['/' || array_to_string(v_segs, '/'), NULL];
+END
+$$;
+COMMENT ON FUNCTION api.profile_path_check(jsonb) IS
+    'Internal: validates a _path (an array of at least one non-empty string without "/", no segment _latest or shaped like a pit, not starting with _id); returns {path, NULL} or {NULL, reason}.';
+
+-- api.profile_link_chain: internal. The correlation ids reached from p_id by following profile
+-- links (rows profile_link, /new, _latest), p_id first; stops before an id already in the chain.
+-- PL/pgSQL rather than a recursive query: it runs once per update and keeps its plan cached.
+CREATE FUNCTION api.profile_link_chain(p_id text)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_chain text[] := ARRAY[p_id];
+    v_next  text;
+BEGIN
+    LOOP
+        SELECT p.value #>> '{}' INTO v_next
+        FROM profile.profilestore p
+        WHERE p.correlation_id = v_chain[cardinality(v_chain)] AND p.profile_type = 'profile_link'
+          AND p.path = '/new' AND p.pit = '_latest';
+        EXIT WHEN NOT FOUND OR v_next IS NULL OR v_next = ANY (v_chain);
+        v_chain := v_chain || v_next;
+    END LOOP;
+    RETURN v_chain;
+END
+$$;
+COMMENT ON FUNCTION api.profile_link_chain(text) IS
+    'Internal: the chain of correlation ids reached from p_id through profile links, p_id first, stopping before any id already in the chain (cycle protection).';
+
+-- api.profile_link_resolve: the correlation id that updates for p_correlation_id are applied to:
+-- the final target of its profile links, followed transitively with cycle protection; the id
+-- itself when it is not linked.
+CREATE FUNCTION api.profile_link_resolve(p_correlation_id text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_chain text[];
+BEGIN
+    IF p_correlation_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_chain := api.profile_link_chain(p_correlation_id);
+    RETURN v_chain[cardinality(v_chain)];
+END
+$$;
+COMMENT ON FUNCTION api.profile_link_resolve(text) IS
+    'The final target of the profile links of p_correlation_id (followed transitively, with cycle protection); the id itself when it is not linked.';
+
+-- api.profile_dead_letter_add: internal. Records a rejected message and returns its id. The
+-- filter columns take the message's _id, _profile_type (default _d) and _operation (default _set)
+-- when they are strings, cut to 256 characters; the message is kept whole.
+CREATE FUNCTION api.profile_dead_letter_add(p_message jsonb, p_sqlstate text, p_reason text, p_context text)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$
+    INSERT INTO profile.dead_letters (message, reason, sqlstate, context, correlation_id, profile_type, operation)
+    VALUES (
+        p_message, p_reason, p_sqlstate, p_context,
+        CASE WHEN jsonb_typeof(p_message -> '_id') = 'string' THEN left(p_message ->> '_id', 256) END,
+        CASE WHEN jsonb_typeof(p_message) <> 'object' THEN NULL
+             WHEN coalesce(p_message -> '_profile_type', 'null') = 'null' THEN '_d'
+             WHEN jsonb_typeof(p_message -> '_profile_type') = 'string' THEN left(p_message ->> '_profile_type', 256) END,
+        CASE WHEN jsonb_typeof(p_message) <> 'object' THEN NULL
+             WHEN coalesce(p_message -> '_operation', 'null') = 'null' THEN '_set'
+             WHEN jsonb_typeof(p_message -> '_operation') = 'string' THEN left(p_message ->> '_operation', 256) END)
+    RETURNING id;
+$$;
+COMMENT ON FUNCTION api.profile_dead_letter_add(jsonb, text, text, text) IS
+    'Internal: records a rejected profile update message in profile.dead_letters and returns its id.';
+
+-- api.profile_apply_round: internal. Applies valid updates of distinct grains whose targets are
+-- resolved (one round of a segment) set-based, in one statement: read and lock the current _latest
+-- values, decide every update, archive old values to their history pits, write the new _latest
+-- values, delete pits, set durations. A history pit that is taken moves forward by 1 ms until it
+-- is free (a second statement, only when that happens). Updates of distinct grains do not affect
+-- each other, so this gives what applying them one by one gives. Returns one result per update;
+-- expected rejections (grain type differs from the existing grain's: SPTYP; profile link cycle:
+-- SPLNK) come back as dead_letter results without a dead letter id: the caller records them.
+CREATE FUNCTION api.profile_apply_round(p_round api.profile_update[])
+RETURNS api.profile_apply_result[]
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_res     api.profile_apply_result[];
+    v_pending profile.profilestore[];
+    v_offset  bigint := 1;
+BEGIN
+    WITH locked AS (
+        -- Values that are read and rewritten: locked against concurrent writers.
+        SELECT p AS old, true AS found
+        FROM unnest(p_round) AS u
+        JOIN profile.profilestore p
+          ON p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
+         AND p.pit = '_latest'
+        WHERE u.operation NOT IN ('_set', '_delete', '_delete_with_history', '_set_ttl', '_set_ttn')
+        FOR UPDATE OF p
+    ), x AS (
+        -- The current _latest value and the existing grain's type.
+        SELECT u.ord, u.operation, u.target, u.profile_type, u.path, u.v, u.certainty, u.inserted, u.ttl, u.ttn,
+               u.origin, u.reader, u.grain_type, u.inc, l.old, coalesce(l.found, false) AS has_latest,
+               CASE WHEN u.operation IN ('_delete', '_delete_with_history', '_set_ttl', '_set_ttn', '_profile_link') THEN NULL
+                    WHEN l.found THEN (l.old).grain_type::text
+                    ELSE (SELECT p.grain_type::text FROM profile.profilestore p
+                          WHERE p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
+                          LIMIT 1)
+               END AS egt
+        FROM unnest(p_round) AS u
+        LEFT JOIN locked l
+          ON (l.old).correlation_id = u.target AND (l.old).profile_type = u.profile_type AND (l.old).path = u.path
+    ), n AS (
+        -- The new value (array operations and _inc build on the current one), the pits addressed and
+        -- the new duration.
+        SELECT x.*,
+            CASE
+            WHEN x.operation = '_inc' THEN
+                CASE WHEN x.has_latest AND x.egt = 'c' THEN jsonb_build_object(
+                         '_initial', (x.old).value -> '_initial',
+                         '_step', to_jsonb(trim_scale(x.inc[2])),
+                         '_current', to_jsonb(trim_scale(((x.old).value ->> '_current')::numeric + x.inc[2] * x.inc[3])))
+                     ELSE jsonb_build_object(
+                         '_initial', to_jsonb(trim_scale(x.inc[1])),
+                         '_step', to_jsonb(trim_scale(x.inc[2])),
+                         '_current', to_jsonb(trim_scale(x.inc[1] + x.inc[2] * x.inc[3])))
+                END
+            WHEN x.operation IN ('_array_append', '_array_append_with_history') AND x.has_latest THEN
+                (x.old).value || x.v
+            WHEN x.operation IN ('_array_put', '_array_put_with_history', '_array_put_with_history_distinct')
+                 AND x.has_latest AND x.egt = 'a' THEN
+                (x.old).value || coalesce((
+                    SELECT jsonb_agg(e.x ORDER BY e.o)
+                    FROM (SELECT DISTINCT ON (t.x) t.x, t.o
+                          FROM jsonb_array_elements(x.v) WITH ORDINALITY AS t(x, o)
+                          ORDER BY t.x, t.o) e
+                    WHERE NOT (x.old).value @> jsonb_build_array(e.x)), '[]')
+            WHEN x.operation IN ('_array_remove', '_array_remove_with_history') AND x.has_latest AND x.egt = 'a' THEN
+                coalesce((SELECT jsonb_agg(t.x ORDER BY t.o)
+                          FROM jsonb_array_elements((x.old).value) WITH ORDINALITY AS t(x, o)
+                          WHERE t.x <> x.v), '[]')
+            ELSE x.v
+            END AS newval,
+            CASE WHEN x.operation = '_profile_link' THEN api.profile_link_chain(x.v #>> '{}') END AS chain,
+            CASE WHEN x.operation = '_delete' THEN
+                     CASE WHEN jsonb_typeof(x.v) = 'string' OR x.v = '[]' THEN ARRAY['_latest']
+                          ELSE ARRAY(SELECT CASE WHEN e = '' THEN '_latest' ELSE e END
+                                     FROM jsonb_array_elements_text(x.v) AS e) END
+                 WHEN x.operation IN ('_set_ttl', '_set_ttn') AND jsonb_typeof(x.v) = 'array' THEN
+                     ARRAY(SELECT CASE WHEN e = '' THEN '_latest' ELSE e END FROM jsonb_array_elements_text(x.v) AS e)
+            END AS pits,
+            CASE WHEN x.operation IN ('_set_ttl', '_set_ttn') THEN
+                     CASE WHEN jsonb_typeof(x.v) = 'string' AND x.v <> '""' THEN x.v #>> '{}'
+                          WHEN x.operation = '_set_ttl' THEN x.ttl
+                          ELSE x.ttn END
+            END AS dur,
+            x.has_latest AND x.operation IN ('_inc', '_array_append', '_array_append_with_history', '_array_put',
+                                             '_array_put_with_history', '_array_put_with_history_distinct',
+                                             '_array_remove', '_array_remove_with_history') AS keep
+        FROM x
+    ), d AS MATERIALIZED (
+        -- The decision as {status, sqlstate, reason, context}: the first rule that applies wins.
+        -- Array operations and _inc on an existing value keep its metadata.
+        SELECT n.ord, n.operation, n.target, n.profile_type, n.path, n.grain_type, n.inserted, n.old, n.has_latest,
+               n.newval, n.pits, n.dur,
+               CASE WHEN n.keep THEN (n.old).certainty ELSE n.certainty END AS w_certainty,
+               CASE WHEN n.keep THEN (n.old).ttl ELSE n.ttl END AS w_ttl,
+               CASE WHEN n.keep THEN (n.old).reader ELSE n.reader END AS w_reader,
+               CASE WHEN n.keep THEN (n.old).origin ELSE n.origin END AS w_origin,
+               CASE WHEN n.keep THEN (n.old).ttn ELSE n.ttn END AS w_ttn,
+            CASE
+            WHEN n.operation IN ('_delete', '_delete_with_history', '_set_ttl', '_set_ttn') THEN
+                ARRAY['pending', NULL, NULL, NULL]
+            WHEN n.operation = '_profile_link' AND n.target = ANY (n.chain) THEN
+                ARRAY['dead_letter', 'SPLNK',
+                      'Profile link would create a cycle: '
+                      || array_to_string(n.target || n.chain[1:array_position(n.chain, n.target)], ' -> '),
+                      'applying _profile_link: cycle check']
+            WHEN n.operation = '_set_if_not_exist' AND n.has_latest THEN
+                ARRAY['noop', NULL, NULL, NULL]
+            WHEN n.operation IN ('_array_remove', '_array_remove_with_history') AND NOT n.has_latest THEN
+                ARRAY['noop', NULL, NULL, NULL]
+            WHEN n.egt <> n.grain_type THEN
+                ARRAY['dead_letter', 'SPTYP',
+                      format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has grain type %s',
+                             n.operation, n.grain_type, n.path, n.egt),
+                      'applying ' || n.operation || ': grain type check']
+            WHEN n.operation = '_set_with_history_distinct' AND n.has_latest AND (n.old).value = n.v THEN
+                ARRAY['noop', NULL, NULL, NULL]
+            WHEN n.operation IN ('_set_max', '_set_min', '_set_max_with_history', '_set_min_with_history') AND n.has_latest
+                 AND NOT api.profile_value_beats(n.v #>> '{}', (n.old).value #>> '{}', n.operation LIKE '\_set\_max%') THEN
+                ARRAY['noop', NULL, NULL, NULL]
+            WHEN n.operation = '_array_put_with_history_distinct' AND n.has_latest AND n.newval = (n.old).value THEN
+                ARRAY['noop', NULL, NULL, NULL]
+            ELSE
+                ARRAY['ok', NULL, NULL, NULL]
+            END AS decision
+        FROM n
+    ), arch AS (
+        -- Old values to history, at _ + their inserted time.
+        INSERT INTO profile.profilestore (correlation_id, profile_type, path, pit, value, certainty, grain_type,
+                                          inserted, ttl, reader, origin, ttn, expires_at, notify_at)
+        SELECT (d.old).correlation_id, (d.old).profile_type, (d.old).path, api.profile_pit((d.old).inserted),
+               (d.old).value, (d.old).certainty, (d.old).grain_type, (d.old).inserted, (d.old).ttl, (d.old).reader,
+               (d.old).origin, (d.old).ttn, (d.old).expires_at, (d.old).notify_at
+        FROM d
+        WHERE d.decision[1] = 'ok' AND d.has_latest
+          AND d.operation IN ('_set_with_history', '_set_with_history_distinct', '_set_max_with_history',
+                              '_set_min_with_history', '_array_append_with_history', '_array_put_with_history',
+                              '_array_put_with_history_distinct', '_array_remove_with_history')
+        ON CONFLICT DO NOTHING
+        RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path
+    ), ins AS (
+        -- New _latest values.
+        INSERT INTO profile.profilestore AS p (correlation_id, profile_type, path, pit, value, certainty, grain_type,
+                                               inserted, ttl, reader, origin, ttn, expires_at, notify_at)
+        SELECT d.target, d.profile_type, d.path, '_latest', d.newval, d.w_certainty, d.grain_type, d.inserted,
+               d.w_ttl, d.w_reader, d.w_origin, d.w_ttn,
+               api.profile_expiry(d.inserted, d.w_ttl), api.profile_expiry(d.inserted, d.w_ttn)
+        FROM d
+        WHERE d.decision[1] = 'ok'
+        ON CONFLICT (correlation_id, profile_type, path, pit) DO UPDATE
+        SET value = EXCLUDED.value, certainty = EXCLUDED.certainty, grain_type = EXCLUDED.grain_type,
+            inserted = EXCLUDED.inserted, ttl = EXCLUDED.ttl, reader = EXCLUDED.reader, origin = EXCLUDED.origin,
+            ttn = EXCLUDED.ttn, expires_at = EXCLUDED.expires_at, notify_at = EXCLUDED.notify_at
+    ), del AS (
+        -- _delete and _delete_with_history.
+        DELETE FROM profile.profilestore p
+        USING d
+        WHERE d.operation IN ('_delete', '_delete_with_history')
+          AND p.correlation_id = d.target AND p.profile_type = d.profile_type AND p.path = d.path
+          AND (d.pits IS NULL OR p.pit = ANY (d.pits))
+        RETURNING d.ord
+    ), dur AS (
+        -- _set_ttl and _set_ttn: value and other metadata stay.
+        UPDATE profile.profilestore p
+        SET ttl = CASE WHEN d.operation = '_set_ttl' THEN d.dur ELSE p.ttl END,
+            expires_at = CASE WHEN d.operation = '_set_ttl' THEN api.profile_expiry(p.inserted, d.dur) ELSE p.expires_at END,
+            ttn = CASE WHEN d.operation = '_set_ttn' THEN d.dur ELSE p.ttn END,
+            notify_at = CASE WHEN d.operation = '_set_ttn' THEN api.profile_expiry(p.inserted, d.dur) ELSE p.notify_at END
+        FROM d
+        WHERE d.operation IN ('_set_ttl', '_set_ttn')
+          AND p.correlation_id = d.target AND p.profile_type = d.profile_type AND p.path = d.path
+          AND (d.pits IS NULL OR p.pit = ANY (d.pits))
+        RETURNING d.ord
+    ), hit AS (
+        SELECT DISTINCT h.ord FROM (SELECT del.ord FROM del UNION ALL SELECT dur.ord FROM dur) h
+    )
+    SELECT array_agg(ROW(d.ord,
+                         CASE WHEN d.decision[1] <> 'pending' THEN d.decision[1]
+                              WHEN hit.ord IS NOT NULL THEN 'ok' ELSE 'noop' END,
+                         d.operation, d.target, d.decision[2], d.decision[3], d.decision[4], NULL)::api.profile_apply_result),
+           array_agg(d.old) FILTER (WHERE d.decision[1] = 'ok' AND d.has_latest AND d.operation LIKE '%\_with\_history%'
+                                    AND arch.correlation_id IS NULL)
+    INTO v_res, v_pending
+    FROM d
+    LEFT JOIN hit ON hit.ord = d.ord
+    LEFT JOIN arch ON arch.correlation_id = d.target AND arch.profile_type = d.profile_type AND arch.path = d.path;
+
+    -- History pits already taken (two values inserted in the same millisecond): 1 ms later.
+    WHILE v_pending IS NOT NULL LOOP
+        WITH arch AS (
+            INSERT INTO profile.profilestore (correlation_id, profile_type, path, pit, value, certainty, grain_type,
+                                              inserted, ttl, reader, origin, ttn, expires_at, notify_at)
+            SELECT o.correlation_id, o.profile_type, o.path, api.profile_pit(o.inserted + v_offset), o.value,
+                   o.certainty, o.grain_type, o.inserted, o.ttl, o.reader, o.origin, o.ttn, o.expires_at, o.notify_at
+            FROM unnest(v_pending) AS o
+            ON CONFLICT DO NOTHING
+            RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path
+        )
+        SELECT array_agg(o) INTO v_pending
+        FROM unnest(v_pending) AS o
+        WHERE NOT EXISTS (SELECT 1 FROM arch
+                          WHERE arch.correlation_id = o.correlation_id AND arch.profile_type = o.profile_type
+                            AND arch.path = o.path);
+        v_offset := v_offset + 1;
+    END LOOP;
+
+    RETURN v_res;
+END
+$$;
+COMMENT ON FUNCTION api.profile_apply_round(api.profile_update[]) IS
+    'Internal: applies validated profile updates of distinct grains set-based in one statement (read and lock, decide, archive, write, delete, set durations); grain type mismatches (SPTYP) and profile link cycles (SPLNK) come back as dead_letter results.';
+
+-- api.profile_apply_core: internal. Validates and applies a JSON array of update messages in
+-- order, without any exception handling (api.profile_apply_batch guards it). Numbers the results
+-- from p_ord_offset + 1. Records dead letters when p_record (replays do not).
+--
+-- Shape: one query validates the whole batch and splits it into segments (an update that changes
+-- profile links is a segment of its own, so every other segment sees fixed link targets) and
+-- rounds (the n-th update of each grain within a segment). Segment by segment, round by round,
+-- api.profile_apply_round applies the updates of a round set-based. Updates of distinct grains do
+-- not affect each other and the updates of one grain run in batch order, so the result is what
+-- applying the updates one by one gives.
+CREATE FUNCTION api.profile_apply_core(p_updates jsonb, p_ord_offset integer, p_record boolean)
+RETURNS SETOF api.profile_apply_result
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now       bigint := floor(extract(epoch FROM now()) * 1000)::bigint;
+    v_updates   api.profile_update[];
+    v_rows      api.profile_update[];
+    v_max_seg   integer;
+    v_max_round integer;
+    v_res       api.profile_apply_result[];
+    v_dl_ids    bigint[];
+    v_dead      record;
+BEGIN
+    SELECT array_agg(ROW(
+               s.ord, s.m, s.op, s.cid, s.ptype, s.path, s.v, s.certainty, s.inserted, s.ttl, s.ttn, s.origin,
+               s.reader, s.gtype, s.inc, s.seg, s.target, s.round,
+               s.err[1], s.err[2], s.err[3])::api.profile_update ORDER BY s.ord),
+           max(s.seg)
+    INTO v_updates, v_max_seg
+    FROM (
+        -- Rounds: the n-th update of a grain within its segment.
+        SELECT t.*,
+               CASE WHEN t.target IS NOT NULL
+                    THEN row_number() OVER (PARTITION BY t.seg, t.target, t.ptype, t.path ORDER BY t.ord)::integer
+               END AS round
+        FROM (
+            -- Where each valid update of the first segment (and each profile link change) writes.
+            SELECT r.*,
+                   CASE WHEN r.err IS NOT NULL THEN NULL
+                        WHEN r.op IN ('_delete', '_delete_with_history', '_profile_link') OR r.ptype = 'profile_link' THEN r.cid
+                        WHEN r.seg > 0 THEN NULL
+                        WHEN EXISTS (SELECT 1 FROM profile.profilestore k
+                                     WHERE k.correlation_id = r.cid AND k.profile_type = 'profile_link'
+                                       AND k.path = '/new' AND k.pit = '_latest')
+                            THEN api.profile_link_resolve(r.cid)
+                        ELSE r.cid
+                   END AS target
+            FROM (
+                -- Segments: an update that changes profile links is a segment of its own.
+                SELECT q.*,
+                       2 * coalesce(sum(q.lc) OVER (ORDER BY q.ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::integer
+                       + q.lc AS seg
+                FROM (
+                    SELECT q0.*,
+                           CASE WHEN q0.err IS NULL AND (q0.op = '_profile_link'
+                                     OR (q0.ptype = 'profile_link' AND q0.op IN ('_delete', '_delete_with_history')))
+                                THEN 1 ELSE 0 END AS lc
+                    FROM (
+                        -- The first validation failure of each update, as {sqlstate, reason, context}.
+                        SELECT b.*,
+                            CASE
+                            WHEN NOT b.is_obj THEN
+                                ARRAY['SPMSG', 'Update must be a JSON object', 'validating the update message']
+                            WHEN b.op IS NULL THEN
+                                ARRAY['SPOPR', '_operation must be a String', 'validating _operation']
+                            WHEN b.cls IS NULL THEN
+                                ARRAY['SPOPR', 'Unknown operation ' || left(b.op, 100), 'validating _operation']
+                            WHEN b.j_id IS NULL OR b.j_id = 'null' THEN
+                                ARRAY['SPIDX', '_id can not be null', 'validating _id']
+                            WHEN b.cid IS NULL THEN
+                                ARRAY['SPIDX', '_id must be a String', 'validating _id']
+                            WHEN b.cid = '' THEN
+                                ARRAY['SPIDX', '_id can not be empty', 'validating _id']
+                            WHEN b.ptype IS NULL THEN
+                                ARRAY['SPMSG', '_profile_type must be a non-empty String', 'validating _profile_type']
+                            WHEN b.ptype = 'profile_link' AND b.op NOT IN ('_profile_link', '_delete', '_delete_with_history', '_set_ttl', '_set_ttn') THEN
+                                ARRAY['SPRSV', 'Profile type profile_link is reserved for profile links: only _profile_link, _delete, _delete_with_history, _set_ttl and _set_ttn may address it', 'validating _profile_type']
+                            WHEN b.path_res[2] IS NOT NULL THEN
+                                ARRAY['SPPTH', b.path_res[2], 'validating _path']
+                            WHEN octet_length(b.cid) + octet_length(b.ptype) + octet_length(b.path) > 2000 THEN
+                                ARRAY['SPMSG', 'The grain key (_id, _profile_type, _path) is longer than 2000 bytes', 'validating _id, _profile_type and _path']
+                            WHEN b.j_val IS NULL OR b.j_val = 'null' THEN
+                                ARRAY['SPMSG', '_value can not be null', 'validating _value']
+                            WHEN jsonb_typeof(b.j_val) <> 'object' THEN
+                                ARRAY['SPMSG', '_value must be an Object', 'validating _value']
+                            WHEN b.v IS NULL OR b.v = 'null' THEN
+                                ARRAY['SPVAL', '_v can not be null', 'validating _v']
+                            WHEN b.cls = 'set' AND NOT (b.v_type = 'string' OR (b.v_type = 'array' AND b.v_strings)) THEN
+                                ARRAY['SPVAL', 'Value must be a String or an Array of Strings', 'validating _v for ' || b.op]
+                            WHEN b.cls IN ('max', 'rem', 'inc') AND b.v_type <> 'string' THEN
+                                ARRAY['SPVAL', 'Value must be a String', 'validating _v for ' || b.op]
+                            WHEN b.cls = 'inc' AND b.inc IS NULL THEN
+                                ARRAY['SPVAL', 'Value must be a counter like initialvalue|stepsize|steps, e.g. 0|1|1', 'validating _v for ' || b.op]
+                            WHEN b.cls = 'arr' AND b.v_type <> 'array' THEN
+                                ARRAY['SPVAL', 'Value must be an Array', 'validating _v for ' || b.op]
+                            WHEN b.cls = 'arr' AND NOT b.v_strings THEN
+                                ARRAY['SPVAL', 'Value must be an Array of Strings', 'validating _v for ' || b.op]
+                            WHEN b.cls = 'del' AND NOT (b.v = '""' OR (b.v_type = 'array' AND b.v_strings)) THEN
+                                ARRAY['SPVAL', 'Value must be "" or an Array of pits', 'validating _v for ' || b.op]
+                            WHEN b.cls = 'delh' AND b.v <> '""' THEN
+                                ARRAY['SPVAL', 'Value must be ""', 'validating _v for ' || b.op]
+                            WHEN b.cls = 'ttl' AND b.v_type = 'string' AND b.v_dur_err LIKE '% contains a negative number' THEN
+                                ARRAY['SPDUR', b.v_dur_err, 'validating _v for ' || b.op]
+                            WHEN b.cls = 'ttl' AND NOT (b.v = '""' OR (b.v_type = 'array' AND b.v_strings) OR (b.v_type = 'string' AND b.v_dur_err IS NULL)) THEN
+                                ARRAY['SPVAL', 'Value must be "", an Array of pits or an ISO 8601 duration', 'validating _v for ' || b.op]
+                            WHEN b.cls = 'link' AND NOT (b.v_type = 'string' AND b.v <> '""') THEN
+                                ARRAY['SPVAL', 'Value must be a non-empty String, the correlation id to link to', 'validating _v for ' || b.op]
+                            WHEN b.c_num IS NULL OR b.c_num < 0 OR b.c_num > 1 THEN
+                                ARRAY['SPCRT', 'Certainty (_c) must be a number between 0 and 1', 'validating _c']
+                            WHEN b.in_num IS NULL THEN
+                                ARRAY['SPINS', 'Creation timestamp (_in) must be epoch milliseconds or an ISO 8601 date', 'validating _in']
+                            WHEN b.in_num < 0 THEN
+                                ARRAY['SPINS', 'Creation timestamp (_in) can not be negative', 'validating _in']
+                            WHEN b.in_num <> trunc(b.in_num) THEN
+                                ARRAY['SPINS', 'Creation timestamp (_in) must be a whole number of milliseconds', 'validating _in']
+                            WHEN b.in_num > 253402300799999 THEN
+                                ARRAY['SPINS', 'Creation timestamp (_in) is out of range (after 9999-12-31)', 'validating _in']
+                            WHEN b.ttl_err IS NOT NULL THEN
+                                ARRAY['SPDUR', b.ttl_err, 'validating _ttl']
+                            WHEN b.ttn_err IS NOT NULL THEN
+                                ARRAY['SPDUR', b.ttn_err, 'validating _ttn']
+                            WHEN b.j_origin IS NOT NULL AND b.j_origin <> 'null' AND jsonb_typeof(b.j_origin) <> 'string' THEN
+                                ARRAY['SPMSG', '_origin must be a String', 'validating _origin']
+                            WHEN b.reader IS NULL OR b.reader = '' THEN
+                                ARRAY['SPMSG', '_reader must be a non-empty String', 'validating _reader']
+                            END AS err,
+                            CASE WHEN b.c_num >= 1e-37 AND b.c_num <= 1 THEN b.c_num::real
+                                 WHEN b.c_num >= 0 AND b.c_num < 1e-37 THEN 0::real END AS certainty,
+                            CASE WHEN b.in_num >= 0 AND b.in_num <= 253402300799999 AND b.in_num = trunc(b.in_num)
+                                 THEN b.in_num::bigint END AS inserted,
+                            CASE WHEN b.cls IN ('set') THEN CASE WHEN b.v_type = 'array' THEN 'a' ELSE 't' END
+                                 WHEN b.cls IN ('arr', 'rem') THEN 'a'
+                                 WHEN b.cls = 'inc' THEN 'c'
+                                 ELSE 't' END AS gtype
+                        FROM (
+                            -- Each field normalised; NULL where it is invalid.
+                            SELECT a.*,
+                                CASE WHEN a.cls = 'link' THEN 'profile_link'
+                                     WHEN a.j_pt IS NULL OR a.j_pt = 'null' THEN '_d'
+                                     WHEN jsonb_typeof(a.j_pt) = 'string' AND a.j_pt <> '""' THEN a.j_pt #>> '{}' END AS ptype,
+                                a.path_res[1] AS path,
+                                CASE WHEN a.cls = 'inc' AND a.v_type = 'string' AND length(a.v #>> '{}') <= 400
+                                          AND (a.v #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?\|[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?\|[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
+                                     THEN ARRAY[split_part(a.v #>> '{}', '|', 1)::numeric, split_part(a.v #>> '{}', '|', 2)::numeric,
+                                                split_part(a.v #>> '{}', '|', 3)::numeric] END AS inc,
+                                CASE WHEN a.cls = 'ttl' AND a.v_type = 'string' AND a.v <> '""'
+                                     THEN api.profile_duration_error(a.v #>> '{}', 'Value (_v)') END AS v_dur_err,
+                                CASE WHEN a.j_c IS NULL OR a.j_c = 'null' THEN 1::numeric
+                                     WHEN jsonb_typeof(a.j_c) = 'number' THEN a.j_c::numeric
+                                     WHEN jsonb_typeof(a.j_c) = 'string' AND length(a.j_c #>> '{}') <= 100
+                                          AND (a.j_c #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
+                                         THEN (a.j_c #>> '{}')::numeric END AS c_num,
+                                CASE WHEN a.j_in IS NULL OR a.j_in = 'null' THEN v_now::numeric
+                                     WHEN jsonb_typeof(a.j_in) = 'number' THEN a.j_in::numeric
+                                     WHEN jsonb_typeof(a.j_in) <> 'string' OR length(a.j_in #>> '{}') > 100 THEN NULL
+                                     WHEN (a.j_in #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
+                                         THEN (a.j_in #>> '{}')::numeric
+                                     ELSE api.profile_in_parse(a.j_in #>> '{}') END AS in_num,
+                                CASE WHEN a.j_ttl IS NULL OR a.j_ttl = 'null' THEN 'P100Y'
+                                     WHEN jsonb_typeof(a.j_ttl) = 'string' THEN a.j_ttl #>> '{}' END AS ttl,
+                                CASE WHEN a.j_ttl IS NULL OR a.j_ttl = 'null' OR a.j_ttl = '"P100Y"' THEN NULL
+                                     WHEN jsonb_typeof(a.j_ttl) <> 'string' THEN 'Time to live (_ttl) must be a String'
+                                     ELSE api.profile_duration_error(a.j_ttl #>> '{}', 'Time to live (_ttl)') END AS ttl_err,
+                                CASE WHEN a.j_ttn IS NULL OR a.j_ttn = 'null' THEN 'P100Y'
+                                     WHEN jsonb_typeof(a.j_ttn) = 'string' THEN a.j_ttn #>> '{}' END AS ttn,
+                                CASE WHEN a.j_ttn IS NULL OR a.j_ttn = 'null' OR a.j_ttn = '"P100Y"' THEN NULL
+                                     WHEN jsonb_typeof(a.j_ttn) <> 'string' THEN 'Time to notification (_ttn) must be a String'
+                                     ELSE api.profile_duration_error(a.j_ttn #>> '{}', 'Time to notification (_ttn)') END AS ttn_err,
+                                CASE WHEN jsonb_typeof(a.j_origin) = 'string' THEN a.j_origin #>> '{}' END AS origin,
+                                CASE WHEN a.j_reader IS NULL OR a.j_reader = 'null' THEN '_auth'
+                                     WHEN jsonb_typeof(a.j_reader) = 'string' THEN a.j_reader #>> '{}' END AS reader
+                            FROM (
+                                SELECT e.ord::integer AS ord, e.m, e.is_obj, e.j_id, e.j_pt, e.j_path, e.j_val,
+                                    e.op, e.cid,
+                                    CASE e.op
+                                        WHEN '_set' THEN 'set' WHEN '_set_if_not_exist' THEN 'set'
+                                        WHEN '_set_with_history' THEN 'set' WHEN '_set_with_history_distinct' THEN 'set'
+                                        WHEN '_set_max' THEN 'max' WHEN '_set_min' THEN 'max'
+                                        WHEN '_set_max_with_history' THEN 'max' WHEN '_set_min_with_history' THEN 'max'
+                                        WHEN '_delete' THEN 'del' WHEN '_delete_with_history' THEN 'delh'
+                                        WHEN '_inc' THEN 'inc'
+                                        WHEN '_array_append' THEN 'arr' WHEN '_array_append_with_history' THEN 'arr'
+                                        WHEN '_array_put' THEN 'arr' WHEN '_array_put_with_history' THEN 'arr'
+                                        WHEN '_array_put_with_history_distinct' THEN 'arr'
+                                        WHEN '_array_remove' THEN 'rem' WHEN '_array_remove_with_history' THEN 'rem'
+                                        WHEN '_set_ttl' THEN 'ttl' WHEN '_set_ttn' THEN 'ttl'
+                                        WHEN '_profile_link' THEN 'link'
+                                    END AS cls,
+                                    e.j_val -> '_v' AS v, jsonb_typeof(e.j_val -> '_v') AS v_type,
+                                    CASE WHEN jsonb_typeof(e.j_val -> '_v') = 'array'
+                                         THEN NOT EXISTS (SELECT 1 FROM jsonb_array_elements(e.j_val -> '_v') AS x
+                                                          WHERE jsonb_typeof(x) <> 'string') END AS v_strings,
+                                    e.j_val -> '_c' AS j_c, e.j_val -> '_in' AS j_in, e.j_val -> '_ttl' AS j_ttl,
+                                    e.j_val -> '_ttn' AS j_ttn, e.j_val -> '_origin' AS j_origin, e.j_val -> '_reader' AS j_reader,
+                                    -- {path, reason}: a path of plain segments is checked here, others by api.profile_path_check.
+                                    CASE WHEN e.op = '_profile_link' THEN ARRAY['/new', NULL]
+                                         WHEN e.path_txt ~ '^\["[^"\\/]+"(, "[^"\\/]+")*\]$' THEN
+                                             ARRAY['/' || replace(substr(e.path_txt, 3, length(e.path_txt) - 4), '", "', '/'),
+                                                   CASE WHEN e.path_txt ~ '"(_latest|_[0-9]{8}T[0-9]{6}\.[0-9]{3}Z)"' THEN
+                                                            '_path segments can not be _latest or a point in time like _20210706T155637.111Z'
+                                                        WHEN left(e.path_txt, 6) = '["_id"' THEN
+                                                            '_path can not start with _id, the profile''s own id' END]
+                                         ELSE api.profile_path_check(e.j_path) END AS path_res
+                                FROM (
+                                    SELECT el.ord, el.m, jsonb_typeof(el.m) = 'object' AS is_obj,
+                                           el.m -> '_id' AS j_id, el.m -> '_profile_type' AS j_pt,
+                                           el.m -> '_path' AS j_path, el.m -> '_value' AS j_val,
+                                           (el.m -> '_path')::text AS path_txt,
+                                           CASE WHEN jsonb_typeof(el.m) <> 'object' THEN NULL
+                                                WHEN coalesce(el.m -> '_operation', 'null') = 'null' THEN '_set'
+                                                WHEN jsonb_typeof(el.m -> '_operation') = 'string' THEN el.m ->> '_operation' END AS op,
+                                           CASE WHEN jsonb_typeof(el.m -> '_id') = 'string' THEN el.m ->> '_id' END AS cid
+                                    FROM jsonb_array_elements(p_updates) WITH ORDINALITY AS el(m, ord)
+                                    OFFSET 0
+                                ) e
+                                OFFSET 0
+                            ) a
+                            OFFSET 0
+                        ) b
+                        OFFSET 0
+                    ) q0
+                ) q
+            ) r
+            OFFSET 0
+        ) t
+    ) s;
+
+    IF v_updates IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- Updates that failed validation.
+    v_res := ARRAY(
+        SELECT ROW(u.ord, 'dead_letter', u.operation, u.correlation_id, u.sqlstate, u.reason, u.context, NULL)::api.profile_apply_result
+        FROM unnest(v_updates) AS u
+        WHERE u.sqlstate IS NOT NULL);
+
+    FOR v_seg IN 0 .. v_max_seg LOOP
+        IF v_seg % 2 = 0 AND v_seg > 0 THEN
+            -- After a profile link changed: where this segment's updates write now.
+            v_rows := ARRAY(
+                SELECT ROW(t.ord, t.message, t.operation, t.correlation_id, t.profile_type, t.path, t.v, t.certainty,
+                           t.inserted, t.ttl, t.ttn, t.origin, t.reader, t.grain_type, t.inc, t.seg, t.tgt,
+                           row_number() OVER (PARTITION BY t.tgt, t.profile_type, t.path ORDER BY t.ord)::integer,
+                           t.sqlstate, t.reason, t.context)::api.profile_update
+                FROM (SELECT u.*,
+                             CASE WHEN u.operation IN ('_delete', '_delete_with_history') OR u.profile_type = 'profile_link'
+                                  THEN u.correlation_id ELSE api.profile_link_resolve(u.correlation_id) END AS tgt
+                      FROM unnest(v_updates) AS u
+                      WHERE u.seg = v_seg AND u.sqlstate IS NULL) t);
+        ELSE
+            v_rows := ARRAY(SELECT u FROM unnest(v_updates) AS u WHERE u.seg = v_seg AND u.sqlstate IS NULL);
+        END IF;
+        CONTINUE WHEN cardinality(v_rows) = 0;
+        SELECT max(u.round) INTO v_max_round FROM unnest(v_rows) AS u;
+        FOR v_round IN 1 .. v_max_round LOOP
+            v_res := v_res || api.profile_apply_round(
+                CASE WHEN v_max_round = 1 THEN v_rows
+                     ELSE ARRAY(SELECT u FROM unnest(v_rows) AS u WHERE u.round = v_round) END);
+        END LOOP;
+    END LOOP;
+
+    -- Rejected updates to the dead letter table, in batch order.
+    IF p_record THEN
+        v_dl_ids := array_fill(NULL::bigint, ARRAY[cardinality(v_updates)]);
+        FOR v_dead IN
+            SELECT r.ord, r.sqlstate, r.reason, r.context FROM unnest(v_res) AS r
+            WHERE r.status = 'dead_letter' ORDER BY r.ord
+        LOOP
+            v_dl_ids[v_dead.ord] := api.profile_dead_letter_add((v_updates[v_dead.ord]).message, v_dead.sqlstate,
+                                                                v_dead.reason, v_dead.context);
+        END LOOP;
+    END IF;
+
+    RETURN QUERY
+    SELECT r.ord + p_ord_offset, r.status, r.operation, r.correlation_id, r.sqlstate, r.reason, r.context,
+           v_dl_ids[r.ord]
+    FROM unnest(v_res) AS r
+    ORDER BY r.ord;
+END
+$$;
+COMMENT ON FUNCTION api.profile_apply_core(jsonb, integer, boolean) IS
+    'Internal: validates and applies a JSON array of profile updates in batch order (set-based validation, then set-based rounds of updates of distinct grains); no exception handling; records dead letters when p_record.';
+
+-- api.profile_apply_safe: internal. The batch again, each update in its own subtransaction, so an
+-- unexpected error rejects only the update that raised it: it goes to the dead letter table with
+-- its SQLSTATE, message and PL/pgSQL context. Used only after api.profile_apply_core failed.
+CREATE FUNCTION api.profile_apply_safe(p_updates jsonb)
+RETURNS api.profile_apply_result[]
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_out    api.profile_apply_result[] := '{}';
+    v_r      api.profile_apply_result;
+    v_m      jsonb;
+    v_state  text;
+    v_msg    text;
+    v_detail text;
+    v_ctx    text;
+BEGIN
+    FOR v_i IN 0 .. jsonb_array_length(p_updates) - 1 LOOP
+        v_m := p_updates -> v_i;
+        BEGIN
+            SELECT * INTO STRICT v_r FROM api.profile_apply_core(jsonb_build_array(v_m), v_i, true);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
+                                    v_detail = PG_EXCEPTION_DETAIL, v_ctx = PG_EXCEPTION_CONTEXT;
+            v_msg := v_msg || coalesce(nullif(': ' || v_detail, ': '), '');
+            v_r := ROW(v_i + 1, 'dead_letter',
+                       CASE WHEN jsonb_typeof(v_m) <> 'object' THEN NULL
+                            WHEN coalesce(v_m -> '_operation', 'null') = 'null' THEN '_set'
+                            WHEN jsonb_typeof(v_m -> '_operation') = 'string' THEN v_m ->> '_operation' END,
+                       CASE WHEN jsonb_typeof(v_m -> '_id') = 'string' THEN v_m ->> '_id' END,
+                       v_state, v_msg, v_ctx,
+                       api.profile_dead_letter_add(v_m, v_state, v_msg, v_ctx))::api.profile_apply_result;
+        END;
+        v_out := array_append(v_out, v_r);
+    END LOOP;
+    RETURN v_out;
+END
+$$;
+COMMENT ON FUNCTION api.profile_apply_safe(jsonb) IS
+    'Internal: applies a JSON array of profile updates each in its own subtransaction; an unexpected error dead-letters only the update that raised it, with its SQLSTATE and PL/pgSQL context.';
+
+-- The rows api.profile_apply_batch returns. An empty view: it names the row type, so that psql's
+-- \d+ and sqlc see the columns.
+CREATE VIEW api.profile_apply_results AS
+SELECT NULL::integer AS ord, NULL::text AS status, NULL::text AS operation, NULL::text AS correlation_id,
+       NULL::text AS sqlstate, NULL::text AS reason, NULL::bigint AS dead_letter_id
+WHERE false;
+COMMENT ON VIEW api.profile_apply_results IS
+    'Always empty: the row type of api.profile_apply_batch (ord, status ok|noop|dead_letter, operation, correlation_id written, sqlstate, reason, dead_letter_id).';
+
+-- api.profile_apply_batch: applies profile update messages in order and returns one row per
+-- update: ord (from 1), status ok | noop | dead_letter, operation, correlation_id (the profile
+-- written, after profile links; the _id as given for a dead letter), sqlstate, reason and
+-- dead_letter_id of a rejected update. A rejected update goes to profile.dead_letters and never
+-- stops the others or undoes them. If an unexpected error interrupts the batch, the batch is
+-- redone with each update in its own subtransaction, so only the update that raised it is
+-- dead-lettered (with PostgreSQL's SQLSTATE and error context).
+-- Raises: SLINV when p_updates is not a JSON object (one update) or array (a batch).
+CREATE FUNCTION api.profile_apply_batch(p_updates jsonb)
+RETURNS SETOF api.profile_apply_results
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_updates jsonb;
+    v_res     api.profile_apply_result[];
+BEGIN
+    IF p_updates IS NULL OR jsonb_typeof(p_updates) NOT IN ('object', 'array') THEN
+        RAISE EXCEPTION 'updates must be a JSON object or array' USING ERRCODE = 'SLINV',
+            DETAIL = format('got %s', coalesce(jsonb_typeof(p_updates), 'NULL')),
+            HINT = 'Send one update message as an object or several as an array of objects.';
+    END IF;
+    v_updates := CASE WHEN jsonb_typeof(p_updates) = 'object' THEN jsonb_build_array(p_updates) ELSE p_updates END;
+    BEGIN
+        v_res := ARRAY(SELECT c FROM api.profile_apply_core(v_updates, 0, true) AS c);
+    EXCEPTION WHEN OTHERS THEN
+        v_res := api.profile_apply_safe(v_updates);
+    END;
+    RETURN QUERY
+    SELECT r.ord, r.status, r.operation, r.correlation_id, r.sqlstate, r.reason, r.dead_letter_id
+    FROM unnest(v_res) AS r
+    ORDER BY r.ord;
+END
+$$;
+COMMENT ON FUNCTION api.profile_apply_batch(jsonb) IS
+    'Applies profile update messages (an array, or one object) in order; one row per update: ord, status (ok, noop, dead_letter), operation, correlation_id written, sqlstate, reason, dead_letter_id. Rejected updates go to profile.dead_letters; the others apply. Raises SLINV when p_updates is neither an object nor an array.';
+
+-- api.profile_apply: applies one profile update message and returns its result (as one row of
+-- api.profile_apply_batch, without ord). Anything but a JSON object is dead-lettered.
+-- Raises: SLINV when p_update is NULL.
+CREATE FUNCTION api.profile_apply(
+    p_update jsonb,
+    OUT status text,
+    OUT operation text,
+    OUT correlation_id text,
+    OUT sqlstate text,
+    OUT reason text,
+    OUT dead_letter_id bigint)
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF p_update IS NULL THEN
+        RAISE EXCEPTION 'update can not be null' USING ERRCODE = 'SLINV',
+            HINT = 'Send one update message as a JSON object.';
+    END IF;
+    SELECT b.status, b.operation, b.correlation_id, b.sqlstate, b.reason, b.dead_letter_id
+    INTO status, operation, correlation_id, sqlstate, reason, dead_letter_id
+    FROM api.profile_apply_batch(jsonb_build_array(p_update)) AS b;
+END
+$$;
+COMMENT ON FUNCTION api.profile_apply(jsonb) IS
+    'Applies one profile update message; returns status (ok, noop, dead_letter), operation, correlation_id written, sqlstate, reason, dead_letter_id. A rejected message goes to profile.dead_letters. Raises SLINV when p_update is NULL.';
+
+-- api.profile_dead_letter_list: dead letters in id order, after p_after_id (keyset paging), at
+-- most p_limit (default 100, capped at 1000). NULL filters are ignored; p_resolved true lists the
+-- resolved ones, false the unresolved ones.
+CREATE FUNCTION api.profile_dead_letter_list(
+    p_correlation_id text,
+    p_profile_type text,
+    p_operation text,
+    p_sqlstate text,
+    p_resolved boolean,
+    p_after_id bigint,
+    p_limit integer)
+RETURNS SETOF profile.dead_letters
+LANGUAGE sql STABLE
+AS $$
+    SELECT d.*
+    FROM profile.dead_letters d
+    WHERE d.id > coalesce(p_after_id, 0)
+      AND (p_correlation_id IS NULL OR d.correlation_id = p_correlation_id)
+      AND (p_profile_type IS NULL OR d.profile_type = p_profile_type)
+      AND (p_operation IS NULL OR d.operation = p_operation)
+      AND (p_sqlstate IS NULL OR d.sqlstate = p_sqlstate)
+      AND (p_resolved IS NULL OR (d.resolved IS NOT NULL) = p_resolved)
+    ORDER BY d.id
+    LIMIT least(greatest(coalesce(p_limit, 100), 0), 1000);
+$$;
+COMMENT ON FUNCTION api.profile_dead_letter_list(text, text, text, text, boolean, bigint, integer) IS
+    'Lists dead letters by ascending id after p_after_id (keyset paging), at most p_limit (default 100, at most 1000); NULL filters are ignored.';
+
+-- api.profile_dead_letter_replay: applies a dead letter's message again. On ok or noop the dead
+-- letter is marked resolved. On failure no new dead letter is written: the existing one gets the
+-- new reason, sqlstate and context, replay_count + 1 and last_replayed.
+-- Raises: SLNFD when there is no dead letter p_id, SLCNF when it is already resolved.
+CREATE FUNCTION api.profile_dead_letter_replay(
+    p_id bigint,
+    OUT status text,
+    OUT operation text,
+    OUT correlation_id text,
+    OUT sqlstate text,
+    OUT reason text,
+    OUT dead_letter_id bigint)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_dl     profile.dead_letters;
+    v_r      api.profile_apply_result;
+    v_detail text;
+BEGIN
+    SELECT d.* INTO v_dl FROM profile.dead_letters d WHERE d.id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'dead letter not found' USING ERRCODE = 'SLNFD',
+            DETAIL = format('There is no dead letter with id %s.', p_id);
+    END IF;
+    IF v_dl.resolved IS NOT NULL THEN
+        RAISE EXCEPTION 'dead letter already resolved' USING ERRCODE = 'SLCNF',
+            DETAIL = format('Dead letter %s was resolved at %s.', p_id, v_dl.resolved);
+    END IF;
+    BEGIN
+        SELECT * INTO STRICT v_r FROM api.profile_apply_core(jsonb_build_array(v_dl.message), 0, false);
+    EXCEPTION WHEN OTHERS THEN
+        v_r.status := 'dead_letter';
+        GET STACKED DIAGNOSTICS v_r.sqlstate = RETURNED_SQLSTATE, v_r.reason = MESSAGE_TEXT,
+                                v_detail = PG_EXCEPTION_DETAIL, v_r.context = PG_EXCEPTION_CONTEXT;
+        v_r.reason := v_r.reason || coalesce(nullif(': ' || v_detail, ': '), '');
+        v_r.operation := v_dl.operation;
+        v_r.correlation_id := v_dl.correlation_id;
+    END;
+    IF v_r.status = 'dead_letter' THEN
+        UPDATE profile.dead_letters d
+        SET reason = v_r.reason, sqlstate = v_r.sqlstate, context = v_r.context,
+            replay_count = d.replay_count + 1, last_replayed = now()
+        WHERE d.id = p_id;
+    ELSE
+        UPDATE profile.dead_letters d SET resolved = now(), last_replayed = now() WHERE d.id = p_id;
+    END IF;
+    status := v_r.status;
+    operation := v_r.operation;
+    correlation_id := v_r.correlation_id;
+    sqlstate := v_r.sqlstate;
+    reason := v_r.reason;
+    dead_letter_id := p_id;
+END
+$$;
+COMMENT ON FUNCTION api.profile_dead_letter_replay(bigint) IS
+    'Applies a dead letter''s message again: on ok or noop marks it resolved; on failure updates its reason, sqlstate, context, replay_count and last_replayed (no new dead letter). Raises SLNFD for an unknown id, SLCNF when already resolved.';
