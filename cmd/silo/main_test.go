@@ -1,0 +1,124 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/silo-db/silo/db/dbtest"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+func buildSilo(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "silo")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, string(out))
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestCommands(t *testing.T) {
+	bin := buildSilo(t)
+
+	t.Run("up serves, migrates, and stops on SIGTERM", func(t *testing.T) {
+		addr := freeAddr(t)
+		env := append(os.Environ(), "DATABASE_URL="+dbtest.URL(t), "SILO_ADDR="+addr)
+		up := exec.Command(bin, "up")
+		up.Env = env
+		require.NoError(t, up.Start())
+		defer up.Process.Kill()
+
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			resp, err := http.Get("http://" + addr + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
+			}
+			require.True(t, time.Now().Before(deadline), "silo up not ready")
+			time.Sleep(100 * time.Millisecond)
+		}
+
+		tok := exec.Command(bin, "token", "create", "--name", "cli", "--write")
+		tok.Env = env
+		out, err := tok.Output()
+		require.NoError(t, err)
+		token := strings.TrimSpace(string(out))
+		require.True(t, strings.HasPrefix(token, "silo_"), token)
+
+		req, _ := http.NewRequest("POST", "http://"+addr+"/profile-updates",
+			strings.NewReader(`{"_id":"cli","_path":["a"],"_value":{"_v":"x"}}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+
+		psql := exec.Command(bin, "psql", "-XAtc", "SELECT value_text FROM api.profilestore_latest WHERE correlation_id = 'cli'")
+		psql.Env = env
+		out, err = psql.Output()
+		require.NoError(t, err)
+		require.Equal(t, "x", strings.TrimSpace(string(out)))
+
+		require.NoError(t, up.Process.Signal(syscall.SIGTERM))
+		done := make(chan error, 1)
+		go func() { done <- up.Wait() }()
+		select {
+		case err := <-done:
+			require.NoError(t, err, "silo up must exit cleanly on SIGTERM")
+		case <-time.After(30 * time.Second):
+			t.Fatal("silo up did not stop on SIGTERM")
+		}
+	})
+
+	t.Run("embedded cluster is started and stopped around a command", func(t *testing.T) {
+		base, err := os.MkdirTemp("", "silo-cli-")
+		require.NoError(t, err)
+		defer os.RemoveAll(base)
+		require.NoError(t, os.Chmod(base, 0o755))
+		env := append(os.Environ(), "DATABASE_URL=", "SILO_DATA_DIR="+filepath.Join(base, "data"))
+		for i := 0; i < 2; i++ { // the second run reuses the cluster made by the first
+			cmd := exec.Command(bin, "migrate")
+			cmd.Env = env
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, string(out))
+		}
+		cmd := exec.Command(bin, "psql", "-XAtc", "SELECT count(*) FROM silo.api_code")
+		cmd.Env = env
+		out, err := cmd.Output()
+		require.NoError(t, err)
+		require.Equal(t, "1", strings.TrimSpace(string(out)))
+		// Nothing left running on that data directory.
+		_, err = os.Stat(filepath.Join(base, "data", "pg", "data", "postmaster.pid"))
+		require.True(t, os.IsNotExist(err), "postmaster.pid left behind: server still running")
+	})
+
+	t.Run("version and unknown commands", func(t *testing.T) {
+		out, err := exec.Command(bin, "version").Output()
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(string(out), "silo "))
+		err = exec.Command(bin, "frobnicate").Run()
+		var exitErr *exec.ExitError
+		require.ErrorAs(t, err, &exitErr)
+		require.Equal(t, 1, exitErr.ExitCode(), strconv.Itoa(exitErr.ExitCode()))
+	})
+}
