@@ -34,6 +34,8 @@ type server struct {
 	version string
 	maxBody int64
 	metrics *metrics
+
+	identities identityCache
 }
 
 // New returns Silo's HTTP API.
