@@ -77,7 +77,13 @@ func (s *server) profileUpdates(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rows, err := s.q.ProfileApplyBatch(r.Context(), body)
+	var rows []db.ProfileApplyBatchRow
+	var err error
+	if elems := splitUpdates(body); elems != nil {
+		rows, err = s.batcher.apply(r.Context(), elems)
+	} else {
+		rows, err = s.q.ProfileApplyBatch(r.Context(), body)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return

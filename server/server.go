@@ -36,6 +36,7 @@ type server struct {
 	metrics *metrics
 
 	identities identityCache
+	batcher    *batcher
 }
 
 // New returns Silo's HTTP API.
@@ -48,6 +49,7 @@ func New(cfg Config) http.Handler {
 	}
 	s := &server{pool: cfg.Pool, q: db.New(cfg.Pool), log: cfg.Logger, version: cfg.Version,
 		maxBody: cfg.MaxBodyBytes, metrics: newMetrics(cfg.Pool)}
+	s.batcher = newBatcher(s.q)
 
 	mux := http.NewServeMux()
 	route := func(pattern string, h http.HandlerFunc) {

@@ -3,10 +3,12 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -229,4 +231,34 @@ func FuzzProfileUpdates(f *testing.F) {
 		code, _ := b.do(t, "POST", "/profile-updates", "Bearer "+b.writer, string(body))
 		require.Less(t, code, 500, "body %q", body)
 	})
+}
+
+// Concurrent small requests are joined into shared batches; each must still get exactly its own
+// results.
+func TestConcurrentRequestsGetTheirOwnResults(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := "Bearer " + b.writer
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`[{"_id":"cc%d","_path":["a"],"_value":{"_v":"%d"}},{"_id":"cc%d","_path":["b"],"_value":{"_c":%d,"_v":"x"}}]`, i, i, i, i%2*5)
+			code, resp := b.do(t, "POST", "/profile-updates", w, body)
+			require.Equal(t, 200, code)
+			res := resp["results"].([]any)
+			require.Len(t, res, 2)
+			require.Equal(t, "ok", res[0].(map[string]any)["status"])
+			want := "ok"
+			if i%2 == 1 { // _c 5 is out of range
+				want = "dead_letter"
+			}
+			require.Equal(t, want, res[1].(map[string]any)["status"], i)
+			code, resp = b.do(t, "GET", fmt.Sprintf("/profiles/_d/cc%d/grain/a", i), w, "")
+			require.Equal(t, 200, code)
+			require.Equal(t, fmt.Sprint(i), resp["jsonPayload"].(map[string]any)["a"].(map[string]any)["_latest"].(map[string]any)["_v"])
+		}()
+	}
+	wg.Wait()
 }
