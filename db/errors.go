@@ -105,5 +105,7 @@ func init() {
 	RegisterError("22P02", http.StatusBadRequest, "invalid-parameters-format") // invalid_text_representation (bad JSON)
 	RegisterError("22023", http.StatusBadRequest, "invalid-parameters-format") // invalid_parameter_value
 	RegisterError("54000", http.StatusRequestEntityTooLarge, "too-large")      // program_limit_exceeded
+	RegisterError("40P01", http.StatusServiceUnavailable, "concurrent-update") // deadlock_detected (after retries)
+	RegisterError("40001", http.StatusServiceUnavailable, "concurrent-update") // serialization_failure (after retries)
 	RegisterError("57014", http.StatusServiceUnavailable, "request-timeout")   // query_canceled (statement timeout)
 }

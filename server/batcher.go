@@ -110,7 +110,7 @@ func (b *batcher) run() {
 		}
 		buf.WriteByte(']')
 		// Not the context of one request: the call serves them all.
-		rows, err := b.q.ProfileApplyBatch(context.Background(), buf.Bytes())
+		rows, err := applyBatch(context.Background(), b.q, buf.Bytes())
 		if err == nil && len(rows) != n {
 			err = fmt.Errorf("profile_apply_batch returned %d rows for %d updates", len(rows), n)
 		}

@@ -82,7 +82,7 @@ func (s *server) profileUpdates(w http.ResponseWriter, r *http.Request) {
 	if elems := splitUpdates(body); elems != nil {
 		rows, err = s.batcher.apply(r.Context(), elems)
 	} else {
-		rows, err = s.q.ProfileApplyBatch(r.Context(), body)
+		rows, err = applyBatch(r.Context(), s.q, body)
 	}
 	if err != nil {
 		s.fail(w, r, err)
