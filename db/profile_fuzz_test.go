@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -35,7 +36,7 @@ func FuzzProfileApply(f *testing.F) {
 		ctx := context.Background()
 		input := data
 		if !json.Valid(data) {
-			v, err := json.Marshal(string(data))
+			v, err := json.Marshal(strings.ToValidUTF8(strings.ReplaceAll(string(data), "\x00", ""), "?"))
 			require.NoError(t, err)
 			input = []byte(`{"_id":"f","_path":["p"],"_value":{"_v":` + string(v) + `,"_in":1000}}`)
 		}

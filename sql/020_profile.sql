@@ -28,14 +28,29 @@
 -- * Profile links: a _profile_link that would create a cycle (a self link too) is rejected. Every
 --   other update for a linked _id is applied to the final target of its links, except _delete,
 --   _delete_with_history, _profile_link and updates addressing profile type profile_link.
+-- * The grain type is fixed when a grain is created (_inc: c; array operations: a; _set*: a for an
+--   array, else t; _set_max/_set_min: t); the existing type is that of any of the grain's pits, so
+--   a grain whose _latest was deleted keeps the type of its history. A write of another type is
+--   rejected (SPTYP). _set_if_not_exist on an existing _latest and _array_remove on a missing one
+--   do nothing, without a type check.
+-- * _delete: "", [""] or [] delete _latest; an array of pits deletes those ("" means _latest).
+--   _delete_with_history ("" only) deletes every pit. _set_ttl/_set_ttn: "" sets every pit, an
+--   array the pits listed ("" means _latest, [] none), to the update's _ttl/_ttn (default P100Y);
+--   a duration as _v sets every pit to that duration. Value and other metadata stay.
+-- * _set_max/_set_min compare numerically when both values look like JSON numbers, else
+--   byte-wise; an equal value does not overwrite.
+-- * History: a *_with_history operation archives the old _latest, whenever there is one, at
+--   _ + its inserted time (UTC, YYYYMMDDTHHMISS.mmmZ), 1 ms later while that pit is taken.
 -- * Status of an applied update: ok when it wrote something, noop when it changed nothing
 --   (_set_if_not_exist on an existing value, a *_distinct or _set_max/_set_min that does not
 --   overwrite, _array_remove on a missing grain, _delete/_set_ttl/_set_ttn that matched no pit).
+-- * Concurrency: values that are read and rewritten (everything but plain _set, deletes and
+--   durations) are locked (FOR UPDATE) first, so concurrent writers of one grain do not lose
+--   updates; Silo also applies the updates of one correlation id in order.
 
 -- One validated update message, as the batch carries it from validation to application.
 CREATE TYPE api.profile_update AS (
     ord             integer,     -- position in the batch, from 1
-    message         jsonb,       -- the message as received
     operation       text,        -- _operation (default _set); NULL when not a string
     correlation_id  text,        -- _id
     profile_type    text,        -- _profile_type (default _d); profile_link for _profile_link
@@ -74,6 +89,7 @@ COMMENT ON TYPE api.profile_apply_result IS 'Internal: the result of one update 
 
 -- api.profile_pit: internal. The history point in time of a value inserted at p_ms (epoch ms):
 -- _YYYYMMDDTHHMISS.mmmZ in UTC.
+-- Raises: nothing.
 CREATE FUNCTION api.profile_pit(p_ms bigint)
 RETURNS text
 LANGUAGE sql STABLE
@@ -86,6 +102,7 @@ COMMENT ON FUNCTION api.profile_pit(bigint) IS
 -- api.profile_expiry: internal. inserted + duration, computed in UTC so the session time zone
 -- does not matter; NULL for the default duration P100Y (never). p_duration must be a duration
 -- accepted by api.profile_duration_error.
+-- Raises: nothing.
 CREATE FUNCTION api.profile_expiry(p_inserted bigint, p_duration text)
 RETURNS timestamptz
 LANGUAGE sql STABLE
@@ -100,6 +117,7 @@ COMMENT ON FUNCTION api.profile_expiry(bigint, text) IS
 -- api.profile_duration_error: internal. Checks an ISO 8601 duration strictly (PnYnMnWnDTnHnMnS,
 -- each part optional but at least one, decimals with a dot, no sign) and returns why it is not
 -- acceptable, or NULL when it is. p_label names the field in the reason.
+-- Raises: nothing.
 CREATE FUNCTION api.profile_duration_error(p_value text, p_label text)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
@@ -141,6 +159,7 @@ COMMENT ON FUNCTION api.profile_duration_error(text, text) IS
 -- (YYYY-MM-DDTHH:MI[:SS[.fff]][Z|+HH[:MM]|-HH[:MM]], UTC when no offset is given) as epoch
 -- milliseconds, fractions below the millisecond cut; NULL when p_text is not such a valid date.
 -- The result may be negative (before 1970): the caller rejects that.
+-- Raises: nothing.
 CREATE FUNCTION api.profile_in_parse(p_text text)
 RETURNS numeric
 LANGUAGE plpgsql IMMUTABLE
@@ -153,8 +172,10 @@ DECLARE
     v_h    integer;
     v_mi   integer;
     v_s    integer;
-    v_dim  integer;
-    v_off  integer := 0;
+    v_dim   integer;
+    v_off_h integer;
+    v_off_m integer;
+    v_off   integer := 0;
 BEGIN
     v_m := regexp_match(p_text,
         '^(\d{4})-(\d{2})-(\d{2})(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(Z|[+-]\d{2}(?::?\d{2})?)?)?$');
@@ -177,15 +198,12 @@ BEGIN
         RETURN NULL;
     END IF;
     IF v_m[8] IS NOT NULL AND v_m[8] <> 'Z' THEN
-        IF substr(v_m[8], 2, 2)::integer > 23 OR coalesce(nullif(right(replace(v_m[8], ':', ''), 2), ''), '0')::integer > 59
-           AND length(replace(v_m[8], ':', '')) = 5 THEN
+        v_off_h := substr(v_m[8], 2, 2)::integer;
+        v_off_m := CASE WHEN length(replace(v_m[8], ':', '')) = 5 THEN right(v_m[8], 2)::integer ELSE 0 END;
+        IF v_off_h > 23 OR v_off_m > 59 THEN
             RETURN NULL;
         END IF;
-        v_off := substr(v_m[8], 2, 2)::integer * 60
-               + CASE WHEN length(replace(v_m[8], ':', '')) = 5 THEN right(v_m[8], 2)::integer ELSE 0 END;
-        IF left(v_m[8], 1) = '-' THEN
-            v_off := -v_off;
-        END IF;
+        v_off := (v_off_h * 60 + v_off_m) * CASE WHEN left(v_m[8], 1) = '-' THEN -1 ELSE 1 END;
     END IF;
     RETURN extract(epoch FROM make_timestamp(v_y, v_mo, v_d, v_h, v_mi, v_s)) * 1000
          + coalesce(floor(('0.' || v_m[7])::numeric * 1000), 0)
@@ -198,6 +216,7 @@ COMMENT ON FUNCTION api.profile_in_parse(text) IS
 -- api.profile_value_beats: internal. Whether p_new wins against p_old for _set_max (p_max) or
 -- _set_min: numerically when both look like JSON numbers (exponents of at most three digits),
 -- else byte-wise (COLLATE "C"), which orders ISO 8601 dates. Equal values never win.
+-- Raises: nothing.
 CREATE FUNCTION api.profile_value_beats(p_new text, p_old text, p_max boolean)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
@@ -216,6 +235,7 @@ COMMENT ON FUNCTION api.profile_value_beats(text, text, boolean) IS
 -- api.profile_path_check: internal. Validates a _path that is not in the plain form the batch
 -- query checks inline: returns {path, NULL} for a valid path (segments joined with "/", a leading
 -- "/"), else {NULL, reason}.
+-- Raises: nothing.
 CREATE FUNCTION api.profile_path_check(p_path jsonb)
 RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE
@@ -252,6 +272,7 @@ COMMENT ON FUNCTION api.profile_path_check(jsonb) IS
 -- api.profile_link_chain: internal. The correlation ids reached from p_id by following profile
 -- links (rows profile_link, /new, _latest), p_id first; stops before an id already in the chain.
 -- PL/pgSQL rather than a recursive query: it runs once per update and keeps its plan cached.
+-- Raises: nothing.
 CREATE FUNCTION api.profile_link_chain(p_id text)
 RETURNS text[]
 LANGUAGE plpgsql STABLE
@@ -276,7 +297,8 @@ COMMENT ON FUNCTION api.profile_link_chain(text) IS
 
 -- api.profile_link_resolve: the correlation id that updates for p_correlation_id are applied to:
 -- the final target of its profile links, followed transitively with cycle protection; the id
--- itself when it is not linked.
+-- itself when it is not linked (NULL for NULL).
+-- Raises: nothing.
 CREATE FUNCTION api.profile_link_resolve(p_correlation_id text)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -297,6 +319,7 @@ COMMENT ON FUNCTION api.profile_link_resolve(text) IS
 -- api.profile_dead_letter_add: internal. Records a rejected message and returns its id. The
 -- filter columns take the message's _id, _profile_type (default _d) and _operation (default _set)
 -- when they are strings, cut to 256 characters; the message is kept whole.
+-- Raises: nothing.
 CREATE FUNCTION api.profile_dead_letter_add(p_message jsonb, p_sqlstate text, p_reason text, p_context text)
 RETURNS bigint
 LANGUAGE sql VOLATILE
@@ -324,12 +347,14 @@ COMMENT ON FUNCTION api.profile_dead_letter_add(jsonb, text, text, text) IS
 -- each other, so this gives what applying them one by one gives. Returns one result per update;
 -- expected rejections (grain type differs from the existing grain's: SPTYP; profile link cycle:
 -- SPLNK) come back as dead_letter results without a dead letter id: the caller records them.
+-- Raises: nothing of its own; an unexpected error propagates (api.profile_apply_batch handles it).
 CREATE FUNCTION api.profile_apply_round(p_round api.profile_update[])
 RETURNS api.profile_apply_result[]
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_res     api.profile_apply_result[];
+    v_clash   integer[];
     v_pending profile.profilestore[];
     v_offset  bigint := 1;
 BEGIN
@@ -346,7 +371,7 @@ BEGIN
         -- The current _latest value and the existing grain's type.
         SELECT u.ord, u.operation, u.target, u.profile_type, u.path, u.v, u.certainty, u.inserted, u.ttl, u.ttn,
                u.origin, u.reader, u.grain_type, u.inc, l.old, coalesce(l.found, false) AS has_latest,
-               CASE WHEN u.operation IN ('_delete', '_delete_with_history', '_set_ttl', '_set_ttn', '_profile_link') THEN NULL
+               CASE WHEN u.operation IN ('_set', '_delete', '_delete_with_history', '_set_ttl', '_set_ttn', '_profile_link') THEN NULL
                     WHEN l.found THEN (l.old).grain_type::text
                     ELSE (SELECT p.grain_type::text FROM profile.profilestore p
                           WHERE p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
@@ -456,7 +481,9 @@ BEGIN
         ON CONFLICT DO NOTHING
         RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path
     ), ins AS (
-        -- New _latest values.
+        -- New _latest values. Plain _set skipped the grain type check above: an existing _latest of
+        -- another type is left alone here (and the update dead-lettered below); a new _latest is
+        -- checked against the grain's history (and removed again below when it clashes).
         INSERT INTO profile.profilestore AS p (correlation_id, profile_type, path, pit, value, certainty, grain_type,
                                                inserted, ttl, reader, origin, ttn, expires_at, notify_at)
         SELECT d.target, d.profile_type, d.path, '_latest', d.newval, d.w_certainty, d.grain_type, d.inserted,
@@ -468,6 +495,12 @@ BEGIN
         SET value = EXCLUDED.value, certainty = EXCLUDED.certainty, grain_type = EXCLUDED.grain_type,
             inserted = EXCLUDED.inserted, ttl = EXCLUDED.ttl, reader = EXCLUDED.reader, origin = EXCLUDED.origin,
             ttn = EXCLUDED.ttn, expires_at = EXCLUDED.expires_at, notify_at = EXCLUDED.notify_at
+        WHERE p.grain_type = EXCLUDED.grain_type
+        RETURNING p.correlation_id, p.profile_type, p.path,
+                  CASE WHEN p.xmax = 0 THEN (SELECT h.grain_type::text FROM profile.profilestore h
+                                             WHERE h.correlation_id = p.correlation_id AND h.profile_type = p.profile_type
+                                               AND h.path = p.path AND h.grain_type <> p.grain_type
+                                             LIMIT 1) END AS clash
     ), del AS (
         -- _delete and _delete_with_history.
         DELETE FROM profile.profilestore p
@@ -491,16 +524,36 @@ BEGIN
     ), hit AS (
         SELECT DISTINCT h.ord FROM (SELECT del.ord FROM del UNION ALL SELECT dur.ord FROM dur) h
     )
-    SELECT array_agg(ROW(d.ord,
-                         CASE WHEN d.decision[1] <> 'pending' THEN d.decision[1]
-                              WHEN hit.ord IS NOT NULL THEN 'ok' ELSE 'noop' END,
-                         d.operation, d.target, d.decision[2], d.decision[3], d.decision[4], NULL)::api.profile_apply_result),
+    SELECT array_agg(CASE
+               WHEN d.decision[1] = 'ok' AND (ins.correlation_id IS NULL OR ins.clash IS NOT NULL) THEN
+                   ROW(d.ord, 'dead_letter', d.operation, d.target, 'SPTYP',
+                       format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has grain type %s',
+                              d.operation, d.grain_type, d.path,
+                              coalesce(ins.clash, (SELECT p.grain_type::text FROM profile.profilestore p
+                                                   WHERE p.correlation_id = d.target AND p.profile_type = d.profile_type
+                                                     AND p.path = d.path AND p.pit = '_latest'))),
+                       'applying ' || d.operation || ': grain type check', NULL)::api.profile_apply_result
+               ELSE
+                   ROW(d.ord, CASE WHEN d.decision[1] <> 'pending' THEN d.decision[1]
+                                   WHEN hit.ord IS NOT NULL THEN 'ok' ELSE 'noop' END,
+                       d.operation, d.target, d.decision[2], d.decision[3], d.decision[4], NULL)::api.profile_apply_result
+               END),
            array_agg(d.old) FILTER (WHERE d.decision[1] = 'ok' AND d.has_latest AND d.operation LIKE '%\_with\_history%'
-                                    AND arch.correlation_id IS NULL)
-    INTO v_res, v_pending
+                                    AND arch.correlation_id IS NULL),
+           array_agg(d.ord) FILTER (WHERE ins.clash IS NOT NULL)
+    INTO v_res, v_pending, v_clash
     FROM d
     LEFT JOIN hit ON hit.ord = d.ord
-    LEFT JOIN arch ON arch.correlation_id = d.target AND arch.profile_type = d.profile_type AND arch.path = d.path;
+    LEFT JOIN arch ON arch.correlation_id = d.target AND arch.profile_type = d.profile_type AND arch.path = d.path
+    LEFT JOIN ins ON ins.correlation_id = d.target AND ins.profile_type = d.profile_type AND ins.path = d.path;
+
+    -- A new _latest whose grain's history has another type: not written after all.
+    IF v_clash IS NOT NULL THEN
+        DELETE FROM profile.profilestore p
+        USING unnest(p_round) AS u
+        WHERE u.ord = ANY (v_clash)
+          AND p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path AND p.pit = '_latest';
+    END IF;
 
     -- History pits already taken (two values inserted in the same millisecond): 1 ms later.
     WHILE v_pending IS NOT NULL LOOP
@@ -537,6 +590,7 @@ COMMENT ON FUNCTION api.profile_apply_round(api.profile_update[]) IS
 -- api.profile_apply_round applies the updates of a round set-based. Updates of distinct grains do
 -- not affect each other and the updates of one grain run in batch order, so the result is what
 -- applying the updates one by one gives.
+-- Raises: nothing of its own; an unexpected error propagates (api.profile_apply_batch handles it).
 CREATE FUNCTION api.profile_apply_core(p_updates jsonb, p_ord_offset integer, p_record boolean)
 RETURNS SETOF api.profile_apply_result
 LANGUAGE plpgsql VOLATILE
@@ -547,16 +601,18 @@ DECLARE
     v_rows      api.profile_update[];
     v_max_seg   integer;
     v_max_round integer;
+    v_all_valid boolean;
+    v_simple    boolean;
     v_res       api.profile_apply_result[];
     v_dl_ids    bigint[];
     v_dead      record;
 BEGIN
     SELECT array_agg(ROW(
-               s.ord, s.m, s.op, s.cid, s.ptype, s.path, s.v, s.certainty, s.inserted, s.ttl, s.ttn, s.origin,
+               s.ord, s.op, s.cid, s.ptype, s.path, s.v, s.certainty, s.inserted, s.ttl, s.ttn, s.origin,
                s.reader, s.gtype, s.inc, s.seg, s.target, s.round,
                s.err[1], s.err[2], s.err[3])::api.profile_update ORDER BY s.ord),
-           max(s.seg)
-    INTO v_updates, v_max_seg
+           max(s.seg), max(s.round), bool_and(s.err IS NULL)
+    INTO v_updates, v_max_seg, v_max_round, v_all_valid
     FROM (
         -- Rounds: the n-th update of a grain within its segment.
         SELECT t.*,
@@ -759,6 +815,9 @@ BEGIN
         RETURN;
     END IF;
 
+    -- The common case: every update valid, no link changes, no grain twice: one round of all.
+    v_simple := v_max_seg = 0 AND v_all_valid AND v_max_round = 1;
+
     -- Updates that failed validation.
     v_res := ARRAY(
         SELECT ROW(u.ord, 'dead_letter', u.operation, u.correlation_id, u.sqlstate, u.reason, u.context, NULL)::api.profile_apply_result
@@ -769,7 +828,7 @@ BEGIN
         IF v_seg % 2 = 0 AND v_seg > 0 THEN
             -- After a profile link changed: where this segment's updates write now.
             v_rows := ARRAY(
-                SELECT ROW(t.ord, t.message, t.operation, t.correlation_id, t.profile_type, t.path, t.v, t.certainty,
+                SELECT ROW(t.ord, t.operation, t.correlation_id, t.profile_type, t.path, t.v, t.certainty,
                            t.inserted, t.ttl, t.ttn, t.origin, t.reader, t.grain_type, t.inc, t.seg, t.tgt,
                            row_number() OVER (PARTITION BY t.tgt, t.profile_type, t.path ORDER BY t.ord)::integer,
                            t.sqlstate, t.reason, t.context)::api.profile_update
@@ -778,11 +837,15 @@ BEGIN
                                   THEN u.correlation_id ELSE api.profile_link_resolve(u.correlation_id) END AS tgt
                       FROM unnest(v_updates) AS u
                       WHERE u.seg = v_seg AND u.sqlstate IS NULL) t);
+        ELSIF v_simple THEN
+            v_rows := v_updates;
         ELSE
             v_rows := ARRAY(SELECT u FROM unnest(v_updates) AS u WHERE u.seg = v_seg AND u.sqlstate IS NULL);
         END IF;
         CONTINUE WHEN cardinality(v_rows) = 0;
-        SELECT max(u.round) INTO v_max_round FROM unnest(v_rows) AS u;
+        IF NOT v_simple THEN
+            SELECT max(u.round) INTO v_max_round FROM unnest(v_rows) AS u;
+        END IF;
         FOR v_round IN 1 .. v_max_round LOOP
             v_res := v_res || api.profile_apply_round(
                 CASE WHEN v_max_round = 1 THEN v_rows
@@ -797,7 +860,7 @@ BEGIN
             SELECT r.ord, r.sqlstate, r.reason, r.context FROM unnest(v_res) AS r
             WHERE r.status = 'dead_letter' ORDER BY r.ord
         LOOP
-            v_dl_ids[v_dead.ord] := api.profile_dead_letter_add((v_updates[v_dead.ord]).message, v_dead.sqlstate,
+            v_dl_ids[v_dead.ord] := api.profile_dead_letter_add(p_updates -> (v_dead.ord - 1), v_dead.sqlstate,
                                                                 v_dead.reason, v_dead.context);
         END LOOP;
     END IF;
@@ -815,6 +878,7 @@ COMMENT ON FUNCTION api.profile_apply_core(jsonb, integer, boolean) IS
 -- api.profile_apply_safe: internal. The batch again, each update in its own subtransaction, so an
 -- unexpected error rejects only the update that raised it: it goes to the dead letter table with
 -- its SQLSTATE, message and PL/pgSQL context. Used only after api.profile_apply_core failed.
+-- Raises: nothing: every error is caught and dead-lettered.
 CREATE FUNCTION api.profile_apply_safe(p_updates jsonb)
 RETURNS api.profile_apply_result[]
 LANGUAGE plpgsql VOLATILE
@@ -926,6 +990,7 @@ COMMENT ON FUNCTION api.profile_apply(jsonb) IS
 -- api.profile_dead_letter_list: dead letters in id order, after p_after_id (keyset paging), at
 -- most p_limit (default 100, capped at 1000). NULL filters are ignored; p_resolved true lists the
 -- resolved ones, false the unresolved ones.
+-- Raises: nothing.
 CREATE FUNCTION api.profile_dead_letter_list(
     p_correlation_id text,
     p_profile_type text,
