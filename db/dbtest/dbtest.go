@@ -52,6 +52,7 @@ var (
 	serverURL  string // database postgres on the server
 	template   string // migrated template database
 	cluster    *embedpg.Cluster
+	clusterDir string // removed at the end when this process made the cluster
 	pkgPool    *pgxpool.Pool // database of this test process, for Tx
 	pkgDB      string
 	pkgOnce    sync.Once
@@ -81,6 +82,7 @@ func setup() {
 		return
 	}
 	_ = os.Chmod(dir, 0o755)
+	clusterDir = dir
 	cluster, err = embedpg.Start(ctx, embedpg.Options{Dir: dir, Settings: TestSettings})
 	if err != nil {
 		setupErr = err
@@ -255,6 +257,9 @@ func teardown() {
 		if err := cluster.Stop(); err != nil {
 			log.Printf("dbtest: error stopping the test cluster: %v", err)
 		}
+	}
+	if clusterDir != "" {
+		_ = os.RemoveAll(clusterDir)
 	}
 }
 
