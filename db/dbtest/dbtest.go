@@ -52,7 +52,7 @@ var (
 	serverURL  string // database postgres on the server
 	template   string // migrated template database
 	cluster    *embedpg.Cluster
-	clusterDir string // removed at the end when this process made the cluster
+	clusterDir string        // removed at the end when this process made the cluster
 	pkgPool    *pgxpool.Pool // database of this test process, for Tx
 	pkgDB      string
 	pkgOnce    sync.Once
