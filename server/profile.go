@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/silo-db/silo/db"
 )
@@ -214,22 +213,6 @@ func (s *server) profileGrainGet(w http.ResponseWriter, r *http.Request) {
 		JSONPayload: row.JsonPayload, TotalGrainVersions: &total, Links: links})
 }
 
-// deadLetter is a dead letter in the API's camelCase.
-type deadLetter struct {
-	ID            int64           `json:"id"`
-	Message       json.RawMessage `json:"message"`
-	Reason        string          `json:"reason"`
-	Sqlstate      string          `json:"sqlstate"`
-	Context       *string         `json:"context"`
-	CorrelationID *string         `json:"correlationId"`
-	ProfileType   *string         `json:"profileType"`
-	Operation     *string         `json:"operation"`
-	Created       time.Time       `json:"created"`
-	ReplayCount   int32           `json:"replayCount"`
-	LastReplayed  *time.Time      `json:"lastReplayed"`
-	Resolved      *time.Time      `json:"resolved"`
-}
-
 // GET /dead-letters (admin)
 func (s *server) deadLetterList(w http.ResponseWriter, r *http.Request) {
 	if !s.admin(w, r) {
@@ -270,13 +253,11 @@ func (s *server) deadLetterList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := struct {
-		DeadLetters []deadLetter `json:"deadLetters"`
-		NextAfterID *int64       `json:"nextAfterId"`
-	}{DeadLetters: make([]deadLetter, len(rows))}
-	for i, d := range rows {
-		out.DeadLetters[i] = deadLetter{ID: d.ID, Message: d.Message, Reason: d.Reason, Sqlstate: d.Sqlstate,
-			Context: d.Context, CorrelationID: d.CorrelationID, ProfileType: d.ProfileType, Operation: d.Operation,
-			Created: d.Created, ReplayCount: d.ReplayCount, LastReplayed: d.LastReplayed, Resolved: d.Resolved}
+		DeadLetters []db.ProfileDeadLetter `json:"deadLetters"`
+		NextAfterID *int64                 `json:"nextAfterId"`
+	}{DeadLetters: rows}
+	if out.DeadLetters == nil {
+		out.DeadLetters = []db.ProfileDeadLetter{}
 	}
 	if len(rows) == limit {
 		last := rows[len(rows)-1].ID
