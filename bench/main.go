@@ -1,13 +1,29 @@
-// Command silo-bench runs Silo's benchmark workloads, each next to a raw PostgreSQL baseline
-// measured in the same run, and prints medians and ratios. `make bench` runs it on a throw-away
-// cluster with synchronous commit on (SILO_TEST_DATABASE_URL, SILO_TEST_TEMPLATE from
-// `silo tempdb`). Requests go to 127.0.0.1 only and every loop is bounded in count and time.
+// Command silo-bench measures Silo's write and read paths next to raw PostgreSQL baselines taken in
+// the same run, on the same database, and prints the medians and their ratio.
+//
+// `make bench` runs it under `silo tempdb` on a throw-away durable cluster (synchronous commit on):
+// SILO_TEST_DATABASE_URL names the server, SILO_TEST_TEMPLATE a migrated template database, from
+// which a fresh database is cloned. The HTTP API runs in process on 127.0.0.1; every loop is bounded
+// in count and in time.
+//
+// Workloads (each figure is the median of several runs; Silo and the baseline alternate within a
+// run, so both see the same machine state):
+//
+//  1. api.profile_apply_batch, 500 updates per call, one connection, a realistic mix and 100% _set;
+//     baseline: the same rows as one INSERT ... SELECT FROM unnest(...) ON CONFLICT DO UPDATE.
+//  2. POST /profile-updates with 500 updates per request (mix), 2 concurrent clients; baseline: the
+//     raw batch upsert on 2 connections.
+//  3. POST /profile-updates with one update per request, 16 concurrent clients; baseline: single-row
+//     upserts on 16 connections, each its own transaction.
+//  4. GET /profiles/_d/{id} of a 20-grain profile with history, sequential; baseline: SELECT * of
+//     the profile's rows.
 package main
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -17,7 +33,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"sort"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,351 +48,797 @@ import (
 )
 
 const (
-	runs      = 5
-	batchSize = 500
-	cids      = 2000
-	paths     = 10
+	runs      = 5    // measured runs per figure (one more warms up)
+	batchSize = 500  // updates per batch
+	numCIDs   = 2000 // correlation ids per namespace
+	numPaths  = 10   // grains per correlation id and namespace
+
+	batchesPerRun   = 30              // workload 1: batches per run
+	httpBatchesEach = 12              // workload 2: batches per client and run
+	singleClients   = 16              // workload 3: concurrent clients
+	singleDuration  = 3 * time.Second // workload 3: length of one run
+	reads           = 2000            // workload 4: sequential requests
+	runDeadline     = 20 * time.Second
+	requestTimeout  = 30 * time.Second
 )
 
+// ---------------------------------------------------------------------------------------------
+// Workload data
+
+// update is a profile update message (the UPDATE format).
 type update struct {
-	ID    string         `json:"_id"`
-	Path  []string       `json:"_path"`
-	Op    string         `json:"_operation"`
-	Value map[string]any `json:"_value"`
+	ID          string     `json:"_id"`
+	ProfileType string     `json:"_profile_type"`
+	Path        []string   `json:"_path"`
+	Operation   string     `json:"_operation"`
+	Value       grainValue `json:"_value"`
 }
 
-// makeBatch builds a batch: mix=true gives ~70% _set, 10% _set_with_history, 10% _inc, 10% array
-// operations; otherwise only _set. Paths of one kind stay one kind, so grain types never clash.
-func makeBatch(r *rand.Rand, mix bool) []update {
-	out := make([]update, batchSize)
-	for i := range out {
-		cid := fmt.Sprintf("cust-%05d", r.IntN(cids))
-		p := r.IntN(paths)
-		u := update{ID: cid, Op: "_set", Value: map[string]any{"_c": 0.9, "_v": fmt.Sprintf("value-%d", r.IntN(1000))}}
-		if mix {
-			switch p {
-			case 7:
-				u.Op = "_set_with_history"
-			case 8:
-				u.Op, u.Value["_v"] = "_inc", "0|1|1"
-			case 9:
-				if r.IntN(2) == 0 {
-					u.Op = "_array_put"
-				} else {
-					u.Op = "_array_append"
-				}
-				u.Value["_v"] = []string{fmt.Sprintf("tag-%d", r.IntN(20))}
+type grainValue struct {
+	V any     `json:"_v"`
+	C float64 `json:"_c"`
+}
+
+// rawRow is what the baseline writes for an update: the _latest row, as a plain upsert would.
+type rawRow struct {
+	cid, path, value, grainType string
+}
+
+// gen makes updates over numCIDs × numPaths grains of one namespace (the first path segment). In
+// the mix namespace a grain's operation follows from its index, so grain types never clash:
+// 0–6 _set (70%), 7 _set_with_history (10%), 8 _inc (10%), 9 _array_put/_array_append (10%).
+// The set namespace takes _set only.
+type gen struct {
+	r   *rand.Rand
+	ns  string
+	mix bool
+	seq int
+}
+
+func cidName(cid int) string { return fmt.Sprintf("cust-%05d", cid) }
+
+func (g *gen) make(cid, p int) (update, rawRow) {
+	g.seq++
+	u := update{ID: cidName(cid), ProfileType: "_d", Path: []string{g.ns, fmt.Sprintf("g%d", p)},
+		Operation: "_set", Value: grainValue{C: 0.9}}
+	v := fmt.Sprintf("value-%d-%d", g.seq, g.r.IntN(1_000_000))
+	u.Value.V = v
+	row := rawRow{cid: u.ID, path: "/" + g.ns + "/" + u.Path[1], grainType: "t"}
+	row.value, _ = jsonString(v)
+	if g.mix {
+		switch p {
+		case 7:
+			u.Operation = "_set_with_history"
+		case 8:
+			u.Operation, u.Value.V = "_inc", "0|1|1"
+			row.grainType = "c"
+			row.value = fmt.Sprintf(`{"_initial": 0, "_step": 1, "_current": %d}`, g.seq)
+		case 9:
+			u.Operation = "_array_put"
+			if g.r.IntN(2) == 0 {
+				u.Operation = "_array_append"
 			}
+			tag := fmt.Sprintf("tag-%d", g.r.IntN(8))
+			u.Value.V = []string{tag}
+			row.grainType = "a"
+			row.value = `["` + tag + `"]`
 		}
-		seg := "set"
-		if mix {
-			seg = "mix"
-		}
-		u.Path = []string{seg, fmt.Sprintf("grain%d", p)}
-		out[i] = u
 	}
-	return out
+	return u, row
 }
 
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
+func jsonString(s string) (string, error) {
+	b, err := json.Marshal(s)
+	return string(b), err
 }
+
+// batch is one batch of updates as a JSON body, with the rows the baseline writes for it.
+type batch struct {
+	body []byte
+	rows []rawRow
+}
+
+// batch picks batchSize distinct grains (no grain twice: one upsert statement cannot touch a row
+// twice) among the correlation ids with cid % mod == part.
+func (g *gen) batch(mod, part int) batch {
+	seen := make(map[[2]int]bool, batchSize)
+	ups := make([]update, 0, batchSize)
+	var b batch
+	for len(ups) < batchSize {
+		cid := g.r.IntN(numCIDs/mod)*mod + part
+		p := g.r.IntN(numPaths)
+		if seen[[2]int{cid, p}] {
+			continue
+		}
+		seen[[2]int{cid, p}] = true
+		u, row := g.make(cid, p)
+		ups = append(ups, u)
+		b.rows = append(b.rows, row)
+	}
+	b.body, _ = json.Marshal(ups)
+	return b
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics and the report
+
+func median(xs []float64) float64 { return percentile(xs, 0.5) }
 
 func percentile(xs []float64, p float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[int(float64(len(s)-1)*p)]
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[int(float64(len(s)-1)*p+0.5)]
 }
 
-type result struct {
+func list(xs []float64, format string) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(parts, ", ")
+}
+
+type line struct {
 	name, silo, base, ratio, target, verdict string
 }
 
-var results []result
-
-func report(name string, silo, base float64, unit string, higherBetter bool, target float64, targetText string) {
-	ratio := silo / base
-	ok := silo >= target
-	if !higherBetter {
-		ratio = base / silo
-		ok = silo < target
-	}
-	verdict := "met"
-	if !ok {
-		verdict = "MISSED"
-	}
-	if targetText == "" {
-		verdict = ""
-	}
-	results = append(results, result{name, fmt.Sprintf("%.0f %s", silo, unit), fmt.Sprintf("%.0f %s", base, unit),
-		fmt.Sprintf("%.2f", ratio), targetText, verdict})
-	if !higherBetter {
-		results[len(results)-1].silo = fmt.Sprintf("%.2f %s", silo, unit)
-		results[len(results)-1].base = fmt.Sprintf("%.2f %s", base, unit)
-	}
-	log.Printf("%s: silo %.2f %s, baseline %.2f %s", name, silo, unit, base, unit)
+type report struct {
+	lines []line
+	notes []string
 }
 
-func main() {
-	log.SetFlags(0)
-	ctx := context.Background()
-	serverURL, tpl := os.Getenv("SILO_TEST_DATABASE_URL"), os.Getenv("SILO_TEST_TEMPLATE")
-	if serverURL == "" || tpl == "" {
-		log.Fatal("run through `make bench` (silo tempdb provides SILO_TEST_DATABASE_URL and SILO_TEST_TEMPLATE)")
+// throughput adds a throughput line (higher is better); target 0 means none.
+func (rp *report) throughput(name, unit, baseUnit string, silo, base []float64, target float64, errs int64) {
+	s, b := median(silo), median(base)
+	l := line{name: name, silo: thousands(s) + " " + unit, base: thousands(b) + " " + baseUnit,
+		ratio: fmt.Sprintf("%.2f×", s/b), target: "—", verdict: "—"}
+	if target > 0 {
+		l.target = "≥ " + thousands(target) + " " + unit
+		l.verdict = verdict(s >= target && errs == 0)
 	}
-	conn, err := pgx.Connect(ctx, serverURL)
-	if err != nil {
-		log.Fatal(err)
+	rp.lines = append(rp.lines, l)
+	rp.notes = append(rp.notes, fmt.Sprintf("%s: silo runs [%s], raw runs [%s]", name, list(silo, "%.0f"), list(base, "%.0f")))
+	if errs > 0 {
+		rp.notes = append(rp.notes, fmt.Sprintf("%s: %d failed updates or requests", name, errs))
 	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE silo_bench TEMPLATE "+pgx.Identifier{tpl}.Sanitize()); err != nil {
-		log.Fatal(err)
+	log.Printf("%s: silo %.0f %s, raw %.0f %s (%.2f×)", name, s, unit, b, baseUnit, s/b)
+}
+
+// latency adds a latency line (lower is better); the ratio is Silo's latency over the baseline's.
+func (rp *report) latency(name string, silo, base float64, target float64, errs int64) {
+	l := line{name: name, silo: fmt.Sprintf("%.2f ms", silo), base: fmt.Sprintf("%.2f ms", base),
+		ratio: fmt.Sprintf("%.2f×", silo/base), target: "—", verdict: "—"}
+	if target > 0 {
+		l.target = fmt.Sprintf("< %.0f ms", target)
+		l.verdict = verdict(silo < target && errs == 0)
 	}
-	var syncCommit string
-	_ = conn.QueryRow(ctx, "SHOW synchronous_commit").Scan(&syncCommit)
-	conn.Close(ctx)
-	u, _ := url.Parse(serverURL)
-	u.Path = "/silo_bench"
-	cfg, err := pgxpool.ParseConfig(u.String())
-	if err != nil {
-		log.Fatal(err)
+	rp.lines = append(rp.lines, l)
+	if errs > 0 {
+		rp.notes = append(rp.notes, fmt.Sprintf("%s: %d failed requests", name, errs))
 	}
-	cfg.MaxConns = 40
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		log.Fatal(err)
+	log.Printf("%s: silo %.2f ms, raw %.2f ms (%.2f×)", name, silo, base, silo/base)
+}
+
+// thousands formats a rounded number with thousands separators.
+func thousands(x float64) string {
+	s := fmt.Sprintf("%.0f", x)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
 	}
-	defer pool.Close()
-	must := func(err error) {
-		if err != nil {
-			log.Fatal(err)
+	return s
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "pass"
+	}
+	return "MISS"
+}
+
+func (rp *report) print(w io.Writer) {
+	head := line{"workload", "Silo", "raw PostgreSQL", "ratio", "target", "result"}
+	rows := append([]line{head}, rp.lines...)
+	width := make([]int, 6)
+	cells := func(l line) []string { return []string{l.name, l.silo, l.base, l.ratio, l.target, l.verdict} }
+	for _, l := range rows {
+		for i, c := range cells(l) {
+			width[i] = max(width[i], len([]rune(c)))
 		}
 	}
-	_, err = pool.Exec(ctx, `CREATE TABLE bench_raw (LIKE profile.profilestore INCLUDING ALL)`)
-	must(err)
-	var token string
-	must(pool.QueryRow(ctx, `SELECT token FROM api.token_create('bench', '{}', true, true)`).Scan(&token))
-	q := db.New(pool)
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(err)
-	srv := &http.Server{Handler: server.New(server.Config{Pool: pool, Logger: slog.New(slog.DiscardHandler), Version: "bench"})}
-	go srv.Serve(ln)
-	defer srv.Close()
-	base := "http://" + ln.Addr().String()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	post := func(body []byte) {
-		req, _ := http.NewRequest("POST", base+"/profile-updates", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := client.Do(req)
-		must(err)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			log.Fatalf("POST /profile-updates: %d", resp.StatusCode)
+	pad := func(s string, n int) string { return s + strings.Repeat(" ", n-len([]rune(s))) }
+	for i, l := range rows {
+		var b strings.Builder
+		b.WriteString("|")
+		for j, c := range cells(l) {
+			b.WriteString(" " + pad(c, width[j]) + " |")
 		}
-	}
-
-	log.Printf("PostgreSQL synchronous_commit=%s; %d runs per figure, medians", syncCommit, runs)
-
-	// Raw baseline: the same rows as one INSERT ... ON CONFLICT DO UPDATE per batch.
-	rawUpsert := func(ctx context.Context, batch []update) error {
-		batch = append([]update(nil), batch...)
-		// Rows in key order, so concurrent baseline statements cannot deadlock.
-		sort.SliceStable(batch, func(i, j int) bool {
-			return batch[i].ID+strings.Join(batch[i].Path, "/") < batch[j].ID+strings.Join(batch[j].Path, "/")
-		})
-		n := len(batch)
-		c, p, v, g := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		seen := map[string]bool{}
-		k := 0
-		for _, x := range batch {
-			path := "/" + strings.Join(x.Path, "/")
-			key := x.ID + path
-			if seen[key] { // one statement cannot touch a row twice
-				continue
+		fmt.Fprintln(w, b.String())
+		if i == 0 {
+			b.Reset()
+			b.WriteString("|")
+			for j := range width {
+				b.WriteString(strings.Repeat("-", width[j]+2) + "|")
 			}
-			seen[key] = true
-			b, _ := json.Marshal(x.Value["_v"])
-			c[k], p[k], v[k], g[k] = x.ID, path, string(b), "t"
-			k++
+			fmt.Fprintln(w, b.String())
 		}
-		_, err := pool.Exec(ctx, `INSERT INTO bench_raw (correlation_id, profile_type, path, pit, value, certainty, grain_type, inserted, ttl, reader, ttn)
-			SELECT c, '_d', p, '_latest', v::jsonb, 0.9, g, (extract(epoch FROM now()) * 1000)::bigint, 'P100Y', '_auth', 'P100Y'
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS t(c, p, v, g)
-			ON CONFLICT (correlation_id, profile_type, path, pit) DO UPDATE
-			SET value = excluded.value, certainty = excluded.certainty, inserted = excluded.inserted,
-			    ttl = excluded.ttl, reader = excluded.reader, ttn = excluded.ttn, origin = excluded.origin`,
-			c[:k], p[:k], v[:k], g[:k])
+	}
+	fmt.Fprintln(w)
+	for _, n := range rp.notes {
+		fmt.Fprintln(w, "  "+n)
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// The bench
+
+type bench struct {
+	silo   *pgxpool.Pool // Silo's pool, configured as `silo serve` configures it
+	raw    *pgxpool.Pool // the baselines' connections
+	q      *db.Queries
+	base   string // http://127.0.0.1:port
+	token  string
+	client *http.Client
+}
+
+const rawUpsertBatch = `
+INSERT INTO bench_raw (correlation_id, profile_type, path, pit, value, certainty, grain_type, inserted)
+SELECT c, '_d', p, '_latest', v::jsonb, 0.9, g, $5
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS t(c, p, v, g)
+ON CONFLICT (correlation_id, profile_type, path, pit) DO UPDATE
+SET value = excluded.value, certainty = excluded.certainty, inserted = excluded.inserted,
+    ttl = excluded.ttl, ttn = excluded.ttn, reader = excluded.reader, origin = excluded.origin,
+    expires_at = excluded.expires_at, notify_at = excluded.notify_at`
+
+const rawUpsertOne = `
+INSERT INTO bench_raw (correlation_id, profile_type, path, pit, value, certainty, grain_type, inserted)
+VALUES ($1, '_d', $2, '_latest', $3::jsonb, 0.9, $4, $5)
+ON CONFLICT (correlation_id, profile_type, path, pit) DO UPDATE
+SET value = excluded.value, certainty = excluded.certainty, inserted = excluded.inserted,
+    ttl = excluded.ttl, ttn = excluded.ttn, reader = excluded.reader, origin = excluded.origin,
+    expires_at = excluded.expires_at, notify_at = excluded.notify_at`
+
+func (bn *bench) rawBatch(ctx context.Context, b batch) error {
+	n := len(b.rows)
+	c, p, v, g := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, r := range b.rows {
+		c[i], p[i], v[i], g[i] = r.cid, r.path, r.value, r.grainType
+	}
+	_, err := bn.raw.Exec(ctx, rawUpsertBatch, c, p, v, g, time.Now().UnixMilli())
+	return err
+}
+
+// applyBatch calls api.profile_apply_batch and returns the number of updates not applied.
+func (bn *bench) applyBatch(ctx context.Context, b batch) (int64, error) {
+	rows, err := bn.q.ProfileApplyBatch(ctx, b.body)
+	if err != nil {
+		return 0, err
+	}
+	var bad int64
+	for _, r := range rows {
+		if r.Status == "dead_letter" {
+			bad++
+			if bad == 1 && r.Reason != nil {
+				log.Printf("  dead letter: %s", *r.Reason)
+			}
+		}
+	}
+	if len(rows) != len(b.rows) {
+		bad += int64(len(b.rows) - len(rows))
+	}
+	return bad, nil
+}
+
+// post sends a body to POST /profile-updates and returns the number of updates not applied.
+func (bn *bench) post(ctx context.Context, body []byte, n int) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, bn.base+"/profile-updates", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+bn.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := bn.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("POST /profile-updates: %d %s", resp.StatusCode, bytes.TrimSpace(data))
+	}
+	var out struct {
+		Results []struct {
+			Status string `json:"status"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return 0, fmt.Errorf("POST /profile-updates: %w", err)
+	}
+	var bad int64
+	for _, r := range out.Results {
+		if r.Status == "dead_letter" {
+			bad++
+		}
+	}
+	if len(out.Results) != n {
+		bad += int64(n - len(out.Results))
+	}
+	return bad, nil
+}
+
+func (bn *bench) get(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, bn.base+path, nil)
+	if err != nil {
 		return err
 	}
-
-	for _, mix := range []bool{false, true} {
-		name := "100% _set"
-		if mix {
-			name = "mix"
-		}
-		r := rand.New(rand.NewPCG(1, 2))
-		const perRun = 10
-		var silo, raw []float64
-		for run := 0; run < runs+1; run++ { // the first run warms up
-			batches := make([][]update, perRun)
-			bodies := make([][]byte, perRun)
-			for i := range batches {
-				batches[i] = makeBatch(r, mix)
-				bodies[i], _ = json.Marshal(batches[i])
-			}
-			t0 := time.Now()
-			for _, b := range bodies {
-				rows, err := q.ProfileApplyBatch(ctx, b)
-				must(err)
-				for _, row := range rows {
-					if row.Status == "dead_letter" {
-						log.Fatalf("unexpected dead letter: %v", *row.Reason)
-					}
-				}
-			}
-			s := float64(perRun*batchSize) / time.Since(t0).Seconds()
-			t0 = time.Now()
-			for _, b := range batches {
-				must(rawUpsert(ctx, b))
-			}
-			rr := float64(perRun*batchSize) / time.Since(t0).Seconds()
-			if run > 0 {
-				silo, raw = append(silo, s), append(raw, rr)
-			}
-		}
-		report("api.profile_apply_batch, 500/batch, "+name, median(silo), median(raw), "updates/s", true,
-			median(raw)/2, "≥ 0.5 × raw")
+	req.Header.Set("Authorization", "Bearer "+bn.token)
+	resp, err := bn.client.Do(req)
+	if err != nil {
+		return err
 	}
-
-	// HTTP: POST /profile-updates, batches of 500 (mix), 2 concurrent clients.
-	{
-		r := rand.New(rand.NewPCG(3, 4))
-		var silo, raw []float64
-		for run := 0; run < runs; run++ {
-			const perClient = 6
-			bodies := make([][][]byte, 2)
-			batches := make([][][]update, 2)
-			for c := range bodies {
-				for range perClient {
-					b := makeBatch(r, true)
-					batches[c] = append(batches[c], b)
-					body, _ := json.Marshal(b)
-					bodies[c] = append(bodies[c], body)
-				}
-			}
-			var wg sync.WaitGroup
-			t0 := time.Now()
-			for c := range bodies {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for _, b := range bodies[c] {
-						post(b)
-					}
-				}()
-			}
-			wg.Wait()
-			silo = append(silo, float64(2*perClient*batchSize)/time.Since(t0).Seconds())
-			t0 = time.Now()
-			for c := range batches {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for _, b := range batches[c] {
-						must(rawUpsert(ctx, b))
-					}
-				}()
-			}
-			wg.Wait()
-			raw = append(raw, float64(2*perClient*batchSize)/time.Since(t0).Seconds())
-		}
-		report("POST /profile-updates, 500/batch, mix, 2 clients", median(silo), median(raw), "updates/s", true, 20000, "≥ 20,000/s")
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
 	}
-
-	// Single-update requests, 16 concurrent clients, vs single-row raw upserts on 16 connections.
-	{
-		var silo, raw []float64
-		for run := 0; run < 3; run++ {
-			silo = append(silo, closedLoop(16, 3*time.Second, func(c, i int) {
-				post([]byte(fmt.Sprintf(`{"_id":"single-%d-%d","_path":["a"],"_value":{"_v":"%d"}}`, c, i%500, i)))
-			}))
-			raw = append(raw, closedLoop(16, 3*time.Second, func(c, i int) {
-				_, err := pool.Exec(ctx, `INSERT INTO bench_raw (correlation_id, path, value, grain_type, inserted) VALUES ($1, '/a', $2, 't', 1)
-					ON CONFLICT (correlation_id, profile_type, path, pit) DO UPDATE SET value = excluded.value, inserted = excluded.inserted`,
-					fmt.Sprintf("single-%d-%d", c, i%500), fmt.Sprintf(`"%d"`, i))
-				must(err)
-			}))
-		}
-		report("POST /profile-updates, 1 update/request, 16 clients", median(silo), median(raw), "requests/s", true, 3000, "≥ 3,000/s")
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %d", path, resp.StatusCode)
 	}
-
-	// Reading a 20-grain profile (5 grains with 3 history pits each) over HTTP.
-	{
-		var ups []update
-		for g := 0; g < 20; g++ {
-			op := "_set"
-			n := 1
-			if g < 5 {
-				op, n = "_set_with_history", 4
-			}
-			for k := 0; k < n; k++ {
-				ups = append(ups, update{ID: "reader-1", Path: []string{"profile", fmt.Sprintf("g%02d", g)}, Op: op,
-					Value: map[string]any{"_v": fmt.Sprintf("v%d", k), "_in": 1600000000000 + k*1000, "_reader": "_all"}})
-			}
-		}
-		body, _ := json.Marshal(ups)
-		post(body)
-		var silo, raw []float64
-		for i := 0; i < 2000; i++ {
-			t0 := time.Now()
-			resp, err := client.Get(base + "/profiles/_d/reader-1")
-			must(err)
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			silo = append(silo, float64(time.Since(t0).Microseconds())/1000)
-			t0 = time.Now()
-			rows, err := pool.Query(ctx, `SELECT * FROM profile.profilestore WHERE correlation_id = $1 AND profile_type = '_d'`, "reader-1")
-			must(err)
-			for rows.Next() {
-			}
-			must(rows.Err())
-			raw = append(raw, float64(time.Since(t0).Microseconds())/1000)
-		}
-		report("GET /profiles (20 grains, 35 pits), median latency", median(silo), median(raw), "ms", false, 2, "median < 2 ms")
-		log.Printf("  p99: silo %.2f ms, baseline %.2f ms", percentile(silo, 0.99), percentile(raw, 0.99))
-		results = append(results, result{"GET /profiles, p99 latency", fmt.Sprintf("%.2f ms", percentile(silo, 0.99)),
-			fmt.Sprintf("%.2f ms", percentile(raw, 0.99)), fmt.Sprintf("%.2f", percentile(raw, 0.99)/percentile(silo, 0.99)), "", ""})
-	}
-
-	fmt.Println()
-	fmt.Printf("| %-55s | %-18s | %-18s | %-6s | %-14s | %-6s |\n", "workload", "silo", "raw PostgreSQL", "ratio", "target", "")
-	fmt.Printf("|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 57), strings.Repeat("-", 20), strings.Repeat("-", 20), strings.Repeat("-", 8), strings.Repeat("-", 16), strings.Repeat("-", 8))
-	for _, r := range results {
-		fmt.Printf("| %-55s | %-18s | %-18s | %-6s | %-14s | %-6s |\n", r.name, r.silo, r.base, r.ratio, r.target, r.verdict)
-	}
+	return nil
 }
 
-// closedLoop runs fn from n goroutines for d and returns calls per second.
-func closedLoop(n int, d time.Duration, fn func(client, i int)) float64 {
+// prefill writes every grain of both namespaces through Silo, then copies the store into the
+// baseline's table, so Silo and the baseline start from the same rows.
+func (bn *bench) prefill(ctx context.Context) error {
+	for _, ns := range []string{"set", "mix"} {
+		g := &gen{r: rand.New(rand.NewPCG(7, 7)), ns: ns, mix: ns == "mix"}
+		var ups []update
+		flush := func() error {
+			body, _ := json.Marshal(ups)
+			bad, err := bn.applyBatch(ctx, batch{body: body, rows: make([]rawRow, len(ups))})
+			if err == nil && bad > 0 {
+				err = fmt.Errorf("prefill: %d updates not applied", bad)
+			}
+			ups = ups[:0]
+			return err
+		}
+		for cid := range numCIDs {
+			for p := range numPaths {
+				u, _ := g.make(cid, p)
+				if g.mix && p == 9 {
+					u.Operation = "_array_put"
+				}
+				ups = append(ups, u)
+				if len(ups) == batchSize {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	for _, stmt := range []string{
+		`INSERT INTO bench_raw SELECT * FROM profile.profilestore`,
+		`VACUUM (ANALYZE) profile.profilestore`,
+		`VACUUM (ANALYZE) bench_raw`,
+		`CHECKPOINT`,
+	} {
+		if _, err := bn.raw.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	return nil
+}
+
+// applyWorkload: workload 1, one connection, batches of 500.
+func (bn *bench) applyWorkload(ctx context.Context, rp *report, mix bool) error {
+	name, ns := "profile_apply_batch, 500/call, 100% _set", "set"
+	if mix {
+		name, ns = "profile_apply_batch, 500/call, mix", "mix"
+	}
+	log.Printf("%s ...", name)
+	g := &gen{r: rand.New(rand.NewPCG(1, uint64(len(ns)))), ns: ns, mix: mix}
+	var silo, raw []float64
+	var errs int64
+	for run := range runs + 1 {
+		batches := make([]batch, batchesPerRun)
+		for i := range batches {
+			batches[i] = g.batch(1, 0)
+		}
+		measureSilo := func() (float64, error) {
+			start, n := time.Now(), 0
+			for _, b := range batches {
+				if time.Since(start) > runDeadline {
+					break
+				}
+				bad, err := bn.applyBatch(ctx, b)
+				if err != nil {
+					return 0, err
+				}
+				errs += bad
+				n += len(b.rows)
+			}
+			return float64(n) / time.Since(start).Seconds(), nil
+		}
+		measureRaw := func() (float64, error) {
+			start, n := time.Now(), 0
+			for _, b := range batches {
+				if time.Since(start) > runDeadline {
+					break
+				}
+				if err := bn.rawBatch(ctx, b); err != nil {
+					return 0, err
+				}
+				n += len(b.rows)
+			}
+			return float64(n) / time.Since(start).Seconds(), nil
+		}
+		s, r, err := alternate(run, measureSilo, measureRaw)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if run > 0 {
+			silo, raw = append(silo, s), append(raw, r)
+		}
+	}
+	rp.throughput(name, "upd/s", "rows/s", silo, raw, 0, errs)
+	return nil
+}
+
+// alternate measures Silo and the baseline in an order that alternates from run to run.
+func alternate(run int, silo, raw func() (float64, error)) (float64, float64, error) {
+	var s, r float64
+	var err1, err2 error
+	if run%2 == 0 {
+		s, err1 = silo()
+		r, err2 = raw()
+	} else {
+		r, err2 = raw()
+		s, err1 = silo()
+	}
+	return s, r, errors.Join(err1, err2)
+}
+
+// httpBatchWorkload: workload 2, 2 clients posting batches of 500. Each client owns half of the
+// correlation ids, as a partitioned feed would.
+func (bn *bench) httpBatchWorkload(ctx context.Context, rp *report) error {
+	const clients = 2
+	name := "POST /profile-updates, 500/request, mix, 2 clients"
+	log.Printf("%s ...", name)
+	g := &gen{r: rand.New(rand.NewPCG(2, 2)), ns: "mix", mix: true}
+	var silo, raw []float64
+	var errs atomic.Int64
+	for run := range runs + 1 {
+		work := make([][]batch, clients)
+		for c := range work {
+			for range httpBatchesEach {
+				work[c] = append(work[c], g.batch(clients, c))
+			}
+		}
+		parallel := func(do func(batch) error) (float64, error) {
+			var wg sync.WaitGroup
+			var done atomic.Int64
+			errc := make(chan error, clients)
+			start := time.Now()
+			for c := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for _, b := range work[c] {
+						if time.Since(start) > runDeadline {
+							return
+						}
+						if err := do(b); err != nil {
+							errc <- err
+							return
+						}
+						done.Add(int64(len(b.rows)))
+					}
+				}()
+			}
+			wg.Wait()
+			close(errc)
+			return float64(done.Load()) / time.Since(start).Seconds(), <-errc
+		}
+		s, r, err := alternate(run,
+			func() (float64, error) {
+				return parallel(func(b batch) error {
+					bad, err := bn.post(ctx, b.body, len(b.rows))
+					errs.Add(bad)
+					return err
+				})
+			},
+			func() (float64, error) {
+				return parallel(func(b batch) error { return bn.rawBatch(ctx, b) })
+			})
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if run > 0 {
+			silo, raw = append(silo, s), append(raw, r)
+		}
+	}
+	rp.throughput(name, "upd/s", "rows/s", silo, raw, 20000, errs.Load())
+	return nil
+}
+
+// singleWorkload: workload 3, 16 clients each posting one update per request for a fixed time.
+// Each client owns the correlation ids with cid % 16 == its number.
+func (bn *bench) singleWorkload(ctx context.Context, rp *report) error {
+	name := "POST /profile-updates, 1/request, mix, 16 clients"
+	log.Printf("%s ...", name)
+	gens := make([]*gen, singleClients)
+	for c := range gens {
+		gens[c] = &gen{r: rand.New(rand.NewPCG(3, uint64(c))), ns: "mix", mix: true}
+	}
+	next := func(c int) ([]byte, rawRow) {
+		g := gens[c]
+		u, row := g.make(g.r.IntN(numCIDs/singleClients)*singleClients+c, g.r.IntN(numPaths))
+		body, _ := json.Marshal(u)
+		return body, row
+	}
+	var silo, raw []float64
+	var errs atomic.Int64
+	for run := range runs + 1 {
+		s, r, err := alternate(run,
+			func() (float64, error) {
+				return closedLoop(singleClients, singleDuration, func(c int) error {
+					body, _ := next(c)
+					bad, err := bn.post(ctx, body, 1)
+					errs.Add(bad)
+					return err
+				})
+			},
+			func() (float64, error) {
+				return closedLoop(singleClients, singleDuration, func(c int) error {
+					_, row := next(c)
+					_, err := bn.raw.Exec(ctx, rawUpsertOne, row.cid, row.path, row.value, row.grainType, time.Now().UnixMilli())
+					return err
+				})
+			})
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if run > 0 {
+			silo, raw = append(silo, s), append(raw, r)
+		}
+	}
+	rp.throughput(name, "req/s", "rows/s", silo, raw, 3000, errs.Load())
+	return nil
+}
+
+// closedLoop calls fn from n goroutines until d has passed and returns the calls per second.
+func closedLoop(n int, d time.Duration, fn func(client int) error) (float64, error) {
 	var count atomic.Int64
 	var wg sync.WaitGroup
+	errc := make(chan error, n)
 	start := time.Now()
-	for c := 0; c < n; c++ {
+	for c := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; time.Since(start) < d; i++ {
-				fn(c, i)
+			for time.Since(start) < d {
+				if err := fn(c); err != nil {
+					errc <- err
+					return
+				}
 				count.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
-	return float64(count.Load()) / time.Since(start).Seconds()
+	close(errc)
+	return float64(count.Load()) / time.Since(start).Seconds(), <-errc
+}
+
+// readWorkload: workload 4, sequential reads of one 20-grain profile: 5 grains with 3 history
+// pits each, 2 arrays, a counter and 12 text grains (35 rows).
+func (bn *bench) readWorkload(ctx context.Context, rp *report) error {
+	name := "GET /profiles/_d/{id}, 20 grains/35 pits"
+	log.Printf("%s ...", name)
+	const cid = "reader-00001"
+	var ups []update
+	for i := range 20 {
+		path := []string{"profile", fmt.Sprintf("g%02d", i)}
+		switch {
+		case i < 5:
+			for k := range 4 {
+				ups = append(ups, update{ID: cid, ProfileType: "_d", Path: path, Operation: "_set_with_history",
+					Value: grainValue{V: fmt.Sprintf("value %d of grain %d", k, i), C: 0.9}})
+			}
+		case i < 7:
+			ups = append(ups, update{ID: cid, ProfileType: "_d", Path: path, Operation: "_array_put",
+				Value: grainValue{V: []string{"alpha", "beta", "gamma"}, C: 0.8}})
+		case i == 7:
+			ups = append(ups, update{ID: cid, ProfileType: "_d", Path: path, Operation: "_inc",
+				Value: grainValue{V: "0|1|3", C: 1}})
+		default:
+			ups = append(ups, update{ID: cid, ProfileType: "_d", Path: path, Operation: "_set",
+				Value: grainValue{V: fmt.Sprintf("a text value of grain %d", i), C: 0.7}})
+		}
+	}
+	// One update per call: history pits are named after the archived value's insertion time.
+	for _, u := range ups {
+		b, _ := json.Marshal(u)
+		if bad, err := bn.applyBatch(ctx, batch{body: b, rows: make([]rawRow, 1)}); err != nil || bad > 0 {
+			return fmt.Errorf("%s: setup: %d not applied, %v", name, bad, err)
+		}
+	}
+	var pits int
+	if err := bn.raw.QueryRow(ctx, `SELECT count(*) FROM profile.profilestore WHERE correlation_id = $1`, cid).Scan(&pits); err != nil {
+		return err
+	}
+	log.Printf("  the profile has %d rows", pits)
+
+	var silo, raw []float64
+	var errs int64
+	readRaw := func() error {
+		rows, err := bn.raw.Query(ctx, `SELECT * FROM profile.profilestore WHERE correlation_id = $1 AND profile_type = '_d'`, cid)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for rows.Next() {
+			if _, err := rows.Values(); err != nil {
+				return err
+			}
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if n != pits {
+			return fmt.Errorf("read %d rows, not %d", n, pits)
+		}
+		return nil
+	}
+	for range 100 { // warm up both
+		if err := bn.get(ctx, "/profiles/_d/"+cid); err != nil {
+			return err
+		}
+		if err := readRaw(); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	for i := 0; i < reads && time.Since(start) < 2*runDeadline; i++ {
+		t0 := time.Now()
+		if err := bn.get(ctx, "/profiles/_d/"+cid); err != nil {
+			errs++
+			continue
+		}
+		silo = append(silo, float64(time.Since(t0).Microseconds())/1000)
+		t0 = time.Now()
+		if err := readRaw(); err != nil {
+			return err
+		}
+		raw = append(raw, float64(time.Since(t0).Microseconds())/1000)
+	}
+	rp.latency(name+", median", median(silo), median(raw), 2, errs)
+	rp.latency(name+", p99", percentile(silo, 0.99), percentile(raw, 0.99), 0, 0)
+	rp.notes = append(rp.notes, fmt.Sprintf("%s: %d requests; silo mean %.2f ms, raw mean %.2f ms",
+		name, len(silo), mean(silo), mean(raw)))
+	return nil
+}
+
+func mean(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(max(len(xs), 1))
+}
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("silo-bench: ")
+	if err := run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context) error {
+	serverURL, tpl := os.Getenv("SILO_TEST_DATABASE_URL"), os.Getenv("SILO_TEST_TEMPLATE")
+	if serverURL == "" || tpl == "" {
+		return errors.New("run through `make bench`: `silo tempdb` sets SILO_TEST_DATABASE_URL and SILO_TEST_TEMPLATE")
+	}
+	dbName := fmt.Sprintf("silo_bench_%d", time.Now().UnixNano())
+	admin, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return fmt.Errorf("error connecting to %s: %w", serverURL, err)
+	}
+	defer admin.Close(context.Background())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{dbName}.Sanitize()+" TEMPLATE "+pgx.Identifier{tpl}.Sanitize()); err != nil {
+		return fmt.Errorf("error creating the bench database: %w", err)
+	}
+	var pgVersion, syncCommit, fsync string
+	if err := admin.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('synchronous_commit'), current_setting('fsync')`).
+		Scan(&pgVersion, &syncCommit, &fsync); err != nil {
+		return err
+	}
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return err
+	}
+	u.Path = "/" + dbName
+	dbURL := u.String()
+
+	siloPool, err := db.Open(ctx, dbURL) // as `silo serve` opens it
+	if err != nil {
+		return err
+	}
+	defer siloPool.Close()
+	rawCfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return err
+	}
+	rawCfg.MaxConns = singleClients + 2
+	rawPool, err := pgxpool.NewWithConfig(ctx, rawCfg)
+	if err != nil {
+		return err
+	}
+	defer rawPool.Close()
+
+	if _, err := rawPool.Exec(ctx, `CREATE TABLE bench_raw (LIKE profile.profilestore INCLUDING ALL)`); err != nil {
+		return err
+	}
+	var token string
+	if err := rawPool.QueryRow(ctx, `SELECT token FROM api.token_create('bench', '{}', true, true)`).Scan(&token); err != nil {
+		return fmt.Errorf("error creating a token: %w", err)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           server.New(server.Config{Pool: siloPool, Logger: slog.New(slog.DiscardHandler), Version: "bench"}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+
+	bn := &bench{
+		silo: siloPool, raw: rawPool, q: db.New(siloPool), base: "http://" + ln.Addr().String(), token: token,
+		client: &http.Client{Timeout: requestTimeout, Transport: &http.Transport{
+			MaxIdleConns: 64, MaxIdleConnsPerHost: 64, DisableCompression: true}},
+	}
+	defer bn.client.CloseIdleConnections()
+
+	fmt.Printf("Silo benchmark: PostgreSQL %s (synchronous_commit=%s, fsync=%s), %d CPUs, %s, %s\n",
+		pgVersion, syncCommit, fsync, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("Throughputs are medians of %d runs (after one warm-up run); Silo and raw PostgreSQL alternate within each run.\n\n", runs)
+
+	began := time.Now()
+	log.Printf("prefilling %d grains in 2 namespaces ...", numCIDs*numPaths)
+	if err := bn.prefill(ctx); err != nil {
+		return err
+	}
+	rp := &report{}
+	for _, step := range []func() error{
+		func() error { return bn.applyWorkload(ctx, rp, true) },
+		func() error { return bn.applyWorkload(ctx, rp, false) },
+		func() error { return bn.httpBatchWorkload(ctx, rp) },
+		func() error { return bn.singleWorkload(ctx, rp) },
+		func() error { return bn.readWorkload(ctx, rp) },
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	var rows, deadLetters int64
+	_ = rawPool.QueryRow(ctx, `SELECT (SELECT count(*) FROM profile.profilestore), (SELECT count(*) FROM profile.dead_letters)`).Scan(&rows, &deadLetters)
+	rp.notes = append(rp.notes, fmt.Sprintf("profile.profilestore ends with %d rows (history included), profile.dead_letters with %d; total time %s",
+		rows, deadLetters, time.Since(began).Round(time.Second)))
+	fmt.Println()
+	rp.print(os.Stdout)
+	return nil
 }
