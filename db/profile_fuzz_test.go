@@ -47,7 +47,7 @@ func FuzzProfileApply(f *testing.F) {
 			_, err := tx.Exec(ctx, `SELECT $1::text::jsonb`, string(input))
 			return err
 		}) != nil {
-			t.Skip("not jsonb")
+			return // not the function's input: nothing to check
 		}
 		trimmed := bytes.TrimSpace(input)
 		want := -1 // SLINV
