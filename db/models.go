@@ -138,8 +138,42 @@ type ProfileProfilestore struct {
 	Ttn string `json:"ttn"`
 	// inserted + ttl, kept only when ttl is not the default P100Y (partial index for the reaper).
 	ExpiresAt *time.Time `json:"expiresAt"`
-	// inserted + ttn, kept only when ttn is not the default P100Y (partial index for the reaper).
+	// inserted + ttn while a notification is due or pending; NULL when ttn is the default P100Y or when the reaper has notified this inserted + ttn (every write of the grain sets it again). Partial index for the reaper.
 	NotifyAt *time.Time `json:"notifyAt"`
+}
+
+// What the reaper did: one row per grain deleted for its ttl or notified for its ttn, with the grain's coordinates and metadata, never its value. Consumers read after the last id they saw (api.profile_reaper_events): ids are drawn under a lock held to commit, so their order is commit order. Trimmed after the retention in silo.settings (reaper.event_retention).
+type ProfileReaperEvent struct {
+	// Event id, increasing in commit order: the resume position of consumers.
+	ID int64 `json:"id"`
+	// ttl: the grain was deleted because inserted + ttl passed; ttn: notification that inserted + ttn passed (the grain stays).
+	Kind string `json:"kind"`
+	// The grain's correlation ID.
+	CorrelationID string `json:"correlationId"`
+	// The grain's profile type.
+	ProfileType string `json:"profileType"`
+	// The grain's path, e.g. /a2/b1.
+	Path string `json:"path"`
+	// The grain's point in time: _latest or a history pit.
+	Pit string `json:"pit"`
+	// The grain's type: t text, a array, c counter.
+	GrainType string `json:"grainType"`
+	// The grain's insertion time, epoch milliseconds.
+	Inserted int64 `json:"inserted"`
+	// The grain's time to live (ISO 8601 duration).
+	Ttl string `json:"ttl"`
+	// The grain's time to notify (ISO 8601 duration).
+	Ttn string `json:"ttn"`
+	// The grain's reader: who may see the event on the change channel.
+	Reader string `json:"reader"`
+	// The grain's origin.
+	Origin *string `json:"origin"`
+	// The grain's certainty.
+	Certainty float32 `json:"certainty"`
+	// When the grain became due: inserted + ttl (kind ttl) or inserted + ttn (kind ttn).
+	Due time.Time `json:"due"`
+	// When the reaper recorded the event (its transaction's start); the retention counts from here.
+	Created time.Time `json:"created"`
 }
 
 // One row: the SHA-256 of the sql/ files that schema api was last built from, so `silo migrate` rebuilds api only when that code changed.
@@ -148,6 +182,45 @@ type SiloApiCode struct {
 	Hash      string    `json:"hash"`
 	Files     []string  `json:"files"`
 	Installed time.Time `json:"installed"`
+}
+
+// The change log: every change in the order it became visible, kept for the retention in silo.settings (change_retention). A websocket client resumes with the last id it saw and receives every later change from here.
+type SiloChange struct {
+	// Change id: increasing in commit order, the resume position of subscribers.
+	ID int64 `json:"id"`
+	// Channel of the change, e.g. profile:customer:0815, dead-letters, reaper.
+	Channel string `json:"channel"`
+	// What happened, e.g. changed, deleted, dead_letter, ttl, ttn.
+	Kind string `json:"kind"`
+	// The minimum a subscriber needs to act (ids, paths, metadata), never grain values.
+	Payload json.RawMessage `json:"payload"`
+	// Who may see the change: subscribers whose readers (_all, _auth, roles) overlap it; admins see every change; empty means admins only.
+	Readers []string `json:"readers"`
+	// When the change was written (its transaction's start).
+	Created time.Time `json:"created"`
+	// When the sequencer numbered it; the retention counts from here.
+	Sequenced time.Time `json:"sequenced"`
+}
+
+// Changes committed (or about to be) and not yet numbered: api.change_sequence moves them into silo.changes in commit order. Written in the transaction of each change.
+type SiloChangePending struct {
+	PendingID int64 `json:"pendingId"`
+	// Channel of the change, e.g. profile:customer:0815, dead-letters, reaper.
+	Channel string `json:"channel"`
+	// What happened, e.g. changed, deleted, dead_letter, ttl, ttn.
+	Kind string `json:"kind"`
+	// The minimum a subscriber needs to act (ids, paths, metadata), never grain values.
+	Payload json.RawMessage `json:"payload"`
+	// Who may see the change: subscribers whose readers (_all, _auth, roles) overlap it; admins see every change; empty means admins only.
+	Readers []string  `json:"readers"`
+	Created time.Time `json:"created"`
+}
+
+// Runtime settings a DBA may read and change with UPDATE: each row says what it does. Values are text, interpreted by the functions that read them.
+type SiloSetting struct {
+	Key         string `json:"key"`
+	Value       string `json:"value"`
+	Description string `json:"description"`
 }
 
 // Access tokens. Only the SHA-256 of a token is stored. roles are matched against the profile store's reader column; can_write allows writes (profile updates); is_admin allows administration (dead letters, configuration) and implies can_write.

@@ -27,6 +27,10 @@ type Config struct {
 	DeadLetterRetention time.Duration
 	// MaintenanceInterval is how often the maintenance jobs run.
 	MaintenanceInterval time.Duration
+	// ReaperInterval is how often the reaper runs (0: DefaultReaperInterval; negative: never).
+	ReaperInterval time.Duration
+	// ReaperBudget is how long one reaper run goes on while grains are due (0: DefaultReaperBudget).
+	ReaperBudget time.Duration
 }
 
 func (c *Config) defaults() {
@@ -36,6 +40,12 @@ func (c *Config) defaults() {
 	if c.MaintenanceInterval <= 0 {
 		c.MaintenanceInterval = time.Hour
 	}
+	if c.ReaperInterval == 0 {
+		c.ReaperInterval = DefaultReaperInterval
+	}
+	if c.ReaperBudget <= 0 {
+		c.ReaperBudget = DefaultReaperBudget
+	}
 }
 
 // NewClient returns a River client that works Silo's queues and schedules its periodic jobs.
@@ -43,6 +53,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	cfg.defaults()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &DeadLetterTrimWorker{queries: db.New(pool), retention: cfg.DeadLetterRetention})
+	river.AddWorker(workers, &ReaperWorker{queries: db.New(pool), budget: cfg.ReaperBudget, logger: cfg.Logger})
 
 	periodic := []*river.PeriodicJob{}
 	if cfg.DeadLetterRetention > 0 {
@@ -50,6 +61,13 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 			river.PeriodicInterval(cfg.MaintenanceInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return DeadLetterTrimArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "profile_dead_letter_trim"},
+		))
+	}
+	if cfg.ReaperInterval > 0 {
+		periodic = append(periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(cfg.ReaperInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return ReaperArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true, ID: "profile_reap"},
 		))
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{

@@ -46,6 +46,10 @@ Environment:
   SILO_DATA_DIR         data directory of the embedded cluster (default ./.silo)
   SILO_LOG_LEVEL        debug, info, warn or error (default info)
   SILO_DEAD_LETTER_RETENTION  how long resolved dead letters are kept (default 720h; 0 keeps them)
+  SILO_REAPER_INTERVAL  how often the reaper deletes expired (ttl) and notifies due (ttn) grains
+                        (default 1m; 0 disables it); batch size and event retention are the
+                        silo.settings rows reaper.batch_size and reaper.event_retention
+  SILO_REAPER_BUDGET    how long one reaper run may go on while grains are due (default 1m)
 `
 
 type config struct {
@@ -54,6 +58,8 @@ type config struct {
 	dataDir             string
 	logLevel            slog.Level
 	deadLetterRetention time.Duration
+	reaperInterval      time.Duration // negative: the reaper does not run
+	reaperBudget        time.Duration
 }
 
 func loadConfig() (config, error) {
@@ -62,6 +68,8 @@ func loadConfig() (config, error) {
 		addr:                envOr("SILO_ADDR", ":8080"),
 		dataDir:             envOr("SILO_DATA_DIR", ".silo"),
 		deadLetterRetention: 30 * 24 * time.Hour,
+		reaperInterval:      time.Minute,
+		reaperBudget:        time.Minute,
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(envOr("SILO_LOG_LEVEL", "info"))); err != nil {
 		return cfg, fmt.Errorf("SILO_LOG_LEVEL: %w", err)
@@ -72,6 +80,23 @@ func loadConfig() (config, error) {
 			return cfg, fmt.Errorf("SILO_DEAD_LETTER_RETENTION: not a duration: %q", v)
 		}
 		cfg.deadLetterRetention = d
+	}
+	if v := os.Getenv("SILO_REAPER_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return cfg, fmt.Errorf("SILO_REAPER_INTERVAL: not a duration: %q", v)
+		}
+		cfg.reaperInterval = d
+		if d == 0 {
+			cfg.reaperInterval = -1
+		}
+	}
+	if v := os.Getenv("SILO_REAPER_BUDGET"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("SILO_REAPER_BUDGET: not a positive duration: %q", v)
+		}
+		cfg.reaperBudget = d
 	}
 	return cfg, nil
 }

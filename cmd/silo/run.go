@@ -30,7 +30,10 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 		var stops []func(context.Context) error
 
 		if work {
-			client, err := worker.NewClient(pool, worker.Config{Logger: logger, DeadLetterRetention: cfg.deadLetterRetention})
+			client, err := worker.NewClient(pool, worker.Config{
+				Logger: logger, DeadLetterRetention: cfg.deadLetterRetention,
+				ReaperInterval: cfg.reaperInterval, ReaperBudget: cfg.reaperBudget,
+			})
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,283 @@
+-- Profile store, reaper: grains whose time to live has passed are deleted, grains whose time to
+-- notify has passed are notified once. Run by a River periodic job (worker/reaper.go) and by hand
+-- from psql (SELECT * FROM api.profile_reap(); or CALL api.profile_reap_all();).
+--
+-- Public functions: api.profile_reap, api.profile_reap_all (procedure), api.profile_reaper_events,
+-- api.profile_reaper_event_trim.
+--
+-- Rules where the specification leaves room:
+-- * Due times count from inserted: a grain is due for deletion when expires_at = inserted + ttl has
+--   passed, for notification when notify_at = inserted + ttn has passed (both kept by the write
+--   path, NULL for the default P100Y). Every pit is its own grain: history pits expire and are
+--   notified by their own inserted, ttl and ttn.
+-- * One notification per TTN value: the reaper sets notify_at to NULL when it notifies. Every write
+--   of the grain (a new value or _in, a new _ttn, _set_ttn) sets notify_at again, so a rewritten
+--   grain is due again; a grain that is not rewritten is never notified twice.
+-- * A grain due for both is notified first, then deleted, in the same batch.
+-- * Batches: each call of api.profile_reap is one batch in the caller's transaction: at most
+--   batch-size grains deleted and batch-size grains notified, oldest due first. Due grains are
+--   locked FOR UPDATE SKIP LOCKED: a grain a writer (or another reaper run) holds is left for the
+--   next batch, nothing waits and nothing is done twice.
+-- * Every deletion and notification becomes a row of profile.reaper_events and a change on channel
+--   'reaper' (silo.change_pending, kind ttl or ttn, readers the grain's reader), in the batch's
+--   transaction. The events carry coordinates and metadata, never the value. Event ids are drawn
+--   under a transaction-scoped advisory lock, so their order is commit order and a consumer that
+--   reads "after id N" misses nothing.
+-- * Settings (silo.settings): reaper.batch_size (default batch size), reaper.event_retention (how
+--   long events are kept). The schedule is the worker's (SILO_REAPER_INTERVAL).
+
+-- A grain the reaper deleted or notified: coordinates and metadata, without the value.
+CREATE TYPE api.profile_reaped_grain AS (
+    correlation_id  varchar,
+    profile_type    varchar,
+    path            varchar,
+    pit             varchar,
+    grain_type      character(1),
+    inserted        bigint,
+    ttl             varchar,
+    ttn             varchar,
+    reader          varchar,
+    origin          varchar,
+    certainty       real,
+    due             timestamptz
+);
+COMMENT ON TYPE api.profile_reaped_grain IS
+    'Internal: a grain deleted or notified by api.profile_reap, without its value; due is expires_at (ttl) or notify_at (ttn).';
+
+-- api.profile_reaper_setting: internal. The value of a reaper setting in silo.settings, or
+-- p_default when the row is missing.
+-- Raises: nothing.
+CREATE FUNCTION api.profile_reaper_setting(p_key text, p_default text)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT COALESCE((SELECT s.value FROM silo.settings s WHERE s.key = p_key), p_default);
+$$;
+COMMENT ON FUNCTION api.profile_reaper_setting(text, text) IS
+    'Internal: the value of silo.settings key p_key, or p_default when there is no such row.';
+
+-- api.profile_reap: one reaper batch, in the caller's transaction. Notifies up to p_batch_size
+-- grains whose notify_at has passed (sets notify_at to NULL: one notification per TTN value) and
+-- deletes up to p_batch_size grains whose expires_at has passed, oldest due first, skipping grains
+-- locked by others. Records each in profile.reaper_events and publishes it on change channel
+-- 'reaper' (kind ttn or ttl). p_batch_size NULL: silo.settings reaper.batch_size (default 1000).
+-- Returns the counts and more: true when a batch was full, so another call may find more due (the
+-- last call of a run may find nothing).
+-- Raises: SLINV when the batch size (argument or setting) is not a positive integer.
+-- Notifies: silo.change_pending rows (channel reaper); the TTL deletions also reach the profile's
+-- channel through the triggers of profile.profilestore.
+CREATE FUNCTION api.profile_reap(p_batch_size integer DEFAULT NULL,
+                                 OUT ttl_deleted bigint, OUT ttn_notified bigint, OUT more boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_batch   integer := p_batch_size;
+    v_setting text;
+    v_ttn     api.profile_reaped_grain[];
+    v_ttl     api.profile_reaped_grain[];
+BEGIN
+    IF v_batch IS NULL THEN
+        v_setting := btrim(api.profile_reaper_setting('reaper.batch_size', '1000'));
+        IF v_setting !~ '^\d{1,9}$' THEN
+            RAISE EXCEPTION 'setting reaper.batch_size is not a positive integer: %', v_setting
+                USING ERRCODE = 'SLINV', HINT = 'UPDATE silo.settings SET value = ''1000'' WHERE key = ''reaper.batch_size''';
+        END IF;
+        v_batch := v_setting::integer;
+    END IF;
+    IF v_batch < 1 THEN
+        RAISE EXCEPTION 'reaper batch size must be a positive integer, got %', v_batch
+            USING ERRCODE = 'SLINV';
+    END IF;
+
+    -- Time to notify: lock the oldest due grains nobody else holds, mark them notified.
+    WITH due AS (
+        SELECT p.correlation_id, p.profile_type, p.path, p.pit, p.grain_type, p.inserted, p.ttl, p.ttn,
+               p.reader, p.origin, p.certainty, p.notify_at
+        FROM profile.profilestore p
+        WHERE p.notify_at <= now()
+        ORDER BY p.notify_at
+        LIMIT v_batch
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE profile.profilestore p
+        SET notify_at = NULL
+        FROM due d
+        WHERE p.correlation_id = d.correlation_id AND p.profile_type = d.profile_type
+          AND p.path = d.path AND p.pit = d.pit
+        RETURNING d.*
+    )
+    SELECT array_agg(ROW(d.correlation_id, d.profile_type, d.path, d.pit, d.grain_type, d.inserted, d.ttl,
+                         d.ttn, d.reader, d.origin, d.certainty, d.notify_at)::api.profile_reaped_grain
+                     ORDER BY d.notify_at, d.correlation_id, d.profile_type, d.path, d.pit)
+    INTO v_ttn
+    FROM done d;
+
+    -- Time to live: lock the oldest expired grains nobody else holds, delete them.
+    WITH due AS (
+        SELECT p.correlation_id, p.profile_type, p.path, p.pit
+        FROM profile.profilestore p
+        WHERE p.expires_at <= now()
+        ORDER BY p.expires_at
+        LIMIT v_batch
+        FOR UPDATE SKIP LOCKED
+    ), done AS (
+        DELETE FROM profile.profilestore p
+        USING due d
+        WHERE p.correlation_id = d.correlation_id AND p.profile_type = d.profile_type
+          AND p.path = d.path AND p.pit = d.pit
+        RETURNING p.correlation_id, p.profile_type, p.path, p.pit, p.grain_type, p.inserted, p.ttl, p.ttn,
+                  p.reader, p.origin, p.certainty, p.expires_at
+    )
+    SELECT array_agg(ROW(d.correlation_id, d.profile_type, d.path, d.pit, d.grain_type, d.inserted, d.ttl,
+                         d.ttn, d.reader, d.origin, d.certainty, d.expires_at)::api.profile_reaped_grain
+                     ORDER BY d.expires_at, d.correlation_id, d.profile_type, d.path, d.pit)
+    INTO v_ttl
+    FROM done d;
+
+    ttn_notified := COALESCE(cardinality(v_ttn), 0);
+    ttl_deleted := COALESCE(cardinality(v_ttl), 0);
+    more := ttn_notified >= v_batch OR ttl_deleted >= v_batch;
+    IF ttn_notified = 0 AND ttl_deleted = 0 THEN
+        RETURN;
+    END IF;
+
+    -- Events: ids drawn under a lock held until commit, so that id order is commit order.
+    PERFORM pg_advisory_xact_lock(8316297411675975794);  -- 0x73696c6f2d727072, "silo-rpr" in ASCII
+    WITH g AS (
+        SELECT 1 AS ord, 'ttn' AS kind, t.* FROM unnest(v_ttn) WITH ORDINALITY AS t
+        UNION ALL
+        SELECT 2, 'ttl', t.* FROM unnest(v_ttl) WITH ORDINALITY AS t
+    ), ev AS (
+        INSERT INTO profile.reaper_events (kind, correlation_id, profile_type, path, pit, grain_type, inserted,
+                                           ttl, ttn, reader, origin, certainty, due)
+        SELECT g.kind, g.correlation_id, g.profile_type, g.path, g.pit, g.grain_type, g.inserted,
+               g.ttl, g.ttn, g.reader, g.origin, g.certainty, g.due
+        FROM g
+        ORDER BY g.ord, g.ordinality
+        RETURNING *
+    )
+    INSERT INTO silo.change_pending (channel, kind, payload, readers)
+    SELECT 'reaper', ev.kind, api.profile_reaper_event_payload(ev), ARRAY[ev.reader::text]
+    FROM ev
+    ORDER BY ev.id;
+END;
+$$;
+COMMENT ON FUNCTION api.profile_reap(integer) IS
+    'One reaper batch: notifies up to p_batch_size grains past inserted + ttn (once per TTN value) and deletes up to p_batch_size grains past inserted + ttl, skipping locked grains; records profile.reaper_events and changes on channel reaper. NULL batch size: silo.settings reaper.batch_size. more: a batch was full, call again. Raises SLINV for a batch size below 1.';
+
+-- api.profile_reaper_event_payload: internal. The change payload of a reaper event: the event id and
+-- the grain's coordinates and metadata under the names of Granary's reaper messages (correlationId,
+-- profileType, path, pit, grain_type, inserted, ttl, ttn, reader, origin), with certainty and due
+-- (ISO 8601, UTC). Never the value.
+-- Raises: nothing.
+CREATE FUNCTION api.profile_reaper_event_payload(p_event profile.reaper_events)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT jsonb_build_object(
+        'id', p_event.id,
+        'correlationId', p_event.correlation_id,
+        'profileType', p_event.profile_type,
+        'path', p_event.path,
+        'pit', p_event.pit,
+        'grain_type', p_event.grain_type,
+        'inserted', p_event.inserted,
+        'ttl', p_event.ttl,
+        'ttn', p_event.ttn,
+        'reader', p_event.reader,
+        'origin', p_event.origin,
+        'certainty', p_event.certainty,
+        'due', to_char(p_event.due AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'));
+$$;
+COMMENT ON FUNCTION api.profile_reaper_event_payload(profile.reaper_events) IS
+    'Internal: the change payload of a reaper event: id, correlationId, profileType, path, pit, grain_type, inserted, ttl, ttn, reader, origin, certainty, due (ISO 8601 UTC). Never the grain value.';
+
+-- api.profile_reap_all: a whole reaper run from psql (CALL api.profile_reap_all();): batches of
+-- api.profile_reap, each committed on its own, until nothing is due or p_budget has passed, then
+-- trims old reaper events. Returns the totals in its INOUT parameters. Must be called outside an
+-- explicit transaction block (it commits).
+-- Raises: SLINV as api.profile_reap and api.profile_reaper_event_trim; 2D000 when called inside a
+-- transaction block.
+CREATE PROCEDURE api.profile_reap_all(p_batch_size integer DEFAULT NULL, p_budget interval DEFAULT '1 minute',
+                                      INOUT ttl_deleted bigint DEFAULT 0, INOUT ttn_notified bigint DEFAULT 0,
+                                      INOUT events_trimmed bigint DEFAULT 0)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_deadline timestamptz := clock_timestamp() + COALESCE(p_budget, interval '1 minute');
+    v_r        record;
+BEGIN
+    ttl_deleted := 0;
+    ttn_notified := 0;
+    LOOP
+        SELECT * INTO v_r FROM api.profile_reap(p_batch_size);
+        ttl_deleted := ttl_deleted + v_r.ttl_deleted;
+        ttn_notified := ttn_notified + v_r.ttn_notified;
+        COMMIT;
+        EXIT WHEN NOT v_r.more OR clock_timestamp() >= v_deadline;
+    END LOOP;
+    events_trimmed := api.profile_reaper_event_trim(NULL);
+    COMMIT;
+END;
+$$;
+COMMENT ON PROCEDURE api.profile_reap_all(integer, interval, bigint, bigint, bigint) IS
+    'A reaper run for psql (CALL api.profile_reap_all();): api.profile_reap batches, each committed, until nothing is due or p_budget (default 1 minute) has passed, then api.profile_reaper_event_trim; returns the totals. Not inside a transaction block.';
+
+-- api.profile_reaper_events: reaper events after id p_after (0: from the oldest kept), oldest first,
+-- at most p_limit (1..10000). p_readers: only events whose grain reader is one of these (the
+-- caller's _all, _auth and roles); NULL: all events (admins, psql).
+-- Raises: SLINV when p_limit is outside 1..10000.
+CREATE FUNCTION api.profile_reaper_events(p_after bigint DEFAULT 0, p_limit integer DEFAULT 100,
+                                          p_readers text[] DEFAULT NULL)
+RETURNS SETOF profile.reaper_events
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'limit must be between 1 and 10000, got %', p_limit
+            USING ERRCODE = 'SLINV';
+    END IF;
+    RETURN QUERY
+        SELECT e.*
+        FROM profile.reaper_events e
+        WHERE e.id > COALESCE(p_after, 0)
+          AND (p_readers IS NULL OR e.reader = ANY (p_readers))
+        ORDER BY e.id
+        LIMIT p_limit;
+END;
+$$;
+COMMENT ON FUNCTION api.profile_reaper_events(bigint, integer, text[]) IS
+    'Reaper events (ttl deletions, ttn notifications) after id p_after, oldest first, at most p_limit (1..10000); p_readers limits them to grains with one of these readers (NULL: all). Ids follow commit order: resume with the last id seen. Raises SLINV for a bad limit.';
+
+-- api.profile_reaper_event_trim: deletes reaper events created more than p_retention ago (NULL:
+-- silo.settings reaper.event_retention, default 7 days) and returns how many.
+-- Raises: SLINV when the retention (argument or setting) is not a non-negative interval.
+CREATE FUNCTION api.profile_reaper_event_trim(p_retention interval DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_retention interval := p_retention;
+    v_setting   text;
+    v_n         bigint;
+BEGIN
+    IF v_retention IS NULL THEN
+        v_setting := api.profile_reaper_setting('reaper.event_retention', '7 days');
+        BEGIN
+            v_retention := v_setting::interval;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+            RAISE EXCEPTION 'setting reaper.event_retention is not an interval: %', v_setting
+                USING ERRCODE = 'SLINV', HINT = 'UPDATE silo.settings SET value = ''7 days'' WHERE key = ''reaper.event_retention''';
+        END;
+    END IF;
+    IF v_retention < interval '0' THEN
+        RAISE EXCEPTION 'reaper event retention must not be negative, got %', v_retention
+            USING ERRCODE = 'SLINV';
+    END IF;
+    DELETE FROM profile.reaper_events e WHERE e.created < now() - v_retention;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END;
+$$;
+COMMENT ON FUNCTION api.profile_reaper_event_trim(interval) IS
+    'Deletes reaper events created more than p_retention ago (NULL: silo.settings reaper.event_retention, default 7 days); returns the count. Raises SLINV for a negative or unreadable retention.';
