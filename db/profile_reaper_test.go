@@ -247,6 +247,37 @@ func TestProfileReapNotifiesThenDeletesAGrainDueForBoth(t *testing.T) {
 	e.requireChanges(evs, ids)
 }
 
+// A grain due for both whose notification does not fit in the batch is not deleted before it is
+// notified: the deletion waits for a later batch.
+func TestProfileReapDeletesOnlyAfterTheDueNotification(t *testing.T) {
+	t.Parallel()
+	e := newApplyEnv(t)
+	e.batch(
+		gm("_set", "y", `"x"`, in(reapBase), `"_ttn":"PT1S"`),
+		gm("_set", "x", `"x"`, in(reapBase), `"_ttn":"PT2S"`, `"_ttl":"PT3S"`),
+	)
+	one := int32(1)
+	require.Equal(t, reapRow(0, 1, true), e.reap(&one)) // /y notified; /x expired but waits
+	require.Len(t, e.grains("$A"), 2)
+	require.Equal(t, reapRow(1, 1, true), e.reap(&one)) // /x notified, then deleted
+	require.Equal(t, reapRow(0, 0, false), e.reap(&one))
+	grains := e.grains("$A")
+	require.Len(t, grains, 1)
+	require.Equal(t, "/y", grains[0].Path)
+
+	ev := func(kind, path, ttl, ttn string, due int64) reapEvent {
+		return reapEvent{Kind: kind, Path: path, Pit: "_latest", GrainType: "t", Inserted: reapBase, TTL: ttl,
+			TTN: ttn, Reader: "_auth", Certainty: 1, Due: isoMs(due)}
+	}
+	evs, ids := e.reapEvents()
+	require.Equal(t, []reapEvent{
+		ev("ttn", "/y", "P100Y", "PT1S", reapBase+1000),
+		ev("ttn", "/x", "PT3S", "PT2S", reapBase+2000),
+		ev("ttl", "/x", "PT3S", "PT2S", reapBase+3000),
+	}, evs)
+	e.requireChanges(evs, ids)
+}
+
 func TestProfileReapSettingsAndValidation(t *testing.T) {
 	t.Parallel()
 	e := newApplyEnv(t)

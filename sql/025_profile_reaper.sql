@@ -13,7 +13,9 @@
 -- * One notification per TTN value: the reaper sets notify_at to NULL when it notifies. Every write
 --   of the grain (a new value or _in, a new _ttn, _set_ttn) sets notify_at again, so a rewritten
 --   grain is due again; a grain that is not rewritten is never notified twice.
--- * A grain due for both is notified first, then deleted, in the same batch.
+-- * A grain due for both is notified first, then deleted: in the same batch, or, when the batch's
+--   notifications are full before they reach it, in a later batch (the deletion waits for the
+--   notification, so no due notification is lost to a deletion).
 -- * Batches: each call of api.profile_reap is one batch in the caller's transaction: at most
 --   batch-size grains deleted and batch-size grains notified, oldest due first. Due grains are
 --   locked FOR UPDATE SKIP LOCKED: a grain a writer (or another reaper run) holds is left for the
@@ -44,23 +46,12 @@ CREATE TYPE api.profile_reaped_grain AS (
 COMMENT ON TYPE api.profile_reaped_grain IS
     'Internal: a grain deleted or notified by api.profile_reap, without its value; due is expires_at (ttl) or notify_at (ttn).';
 
--- api.profile_reaper_setting: internal. The value of a reaper setting in silo.settings, or
--- p_default when the row is missing.
--- Raises: nothing.
-CREATE FUNCTION api.profile_reaper_setting(p_key text, p_default text)
-RETURNS text
-LANGUAGE sql STABLE
-AS $$
-    SELECT COALESCE((SELECT s.value FROM silo.settings s WHERE s.key = p_key), p_default);
-$$;
-COMMENT ON FUNCTION api.profile_reaper_setting(text, text) IS
-    'Internal: the value of silo.settings key p_key, or p_default when there is no such row.';
-
 -- api.profile_reap: one reaper batch, in the caller's transaction. Notifies up to p_batch_size
 -- grains whose notify_at has passed (sets notify_at to NULL: one notification per TTN value) and
--- deletes up to p_batch_size grains whose expires_at has passed, oldest due first, skipping grains
--- locked by others. Records each in profile.reaper_events and publishes it on change channel
--- 'reaper' (kind ttn or ttl). p_batch_size NULL: silo.settings reaper.batch_size (default 1000).
+-- deletes up to p_batch_size grains whose expires_at has passed (after a due notification of the
+-- grain), oldest due first, skipping grains locked by others. Records each in
+-- profile.reaper_events and publishes it on change channel 'reaper' (kind ttn or ttl).
+-- p_batch_size NULL: silo.settings reaper.batch_size (default 1000).
 -- Returns the counts and more: true when a batch was full, so another call may find more due (the
 -- last call of a run may find nothing).
 -- Raises: SLINV when the batch size (argument or setting) is not a positive integer.
@@ -77,7 +68,7 @@ DECLARE
     v_ttl     api.profile_reaped_grain[];
 BEGIN
     IF v_batch IS NULL THEN
-        v_setting := btrim(api.profile_reaper_setting('reaper.batch_size', '1000'));
+        v_setting := btrim(api.setting('reaper.batch_size', '1000'));
         IF v_setting !~ '^\d{1,9}$' THEN
             RAISE EXCEPTION 'setting reaper.batch_size is not a positive integer: %', v_setting
                 USING ERRCODE = 'SLINV', HINT = 'UPDATE silo.settings SET value = ''1000'' WHERE key = ''reaper.batch_size''';
@@ -112,11 +103,14 @@ BEGIN
     INTO v_ttn
     FROM done d;
 
-    -- Time to live: lock the oldest expired grains nobody else holds, delete them.
+    -- Time to live: lock the oldest expired grains nobody else holds, delete them. A grain whose
+    -- notification is due and not yet sent (the notifications above were full before they reached
+    -- it) waits for a later batch: it is notified first, then deleted.
     WITH due AS (
         SELECT p.correlation_id, p.profile_type, p.path, p.pit
         FROM profile.profilestore p
         WHERE p.expires_at <= now()
+          AND (p.notify_at IS NULL OR p.notify_at > now())
         ORDER BY p.expires_at
         LIMIT v_batch
         FOR UPDATE SKIP LOCKED
@@ -163,7 +157,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION api.profile_reap(integer) IS
-    'One reaper batch: notifies up to p_batch_size grains past inserted + ttn (once per TTN value) and deletes up to p_batch_size grains past inserted + ttl, skipping locked grains; records profile.reaper_events and changes on channel reaper. NULL batch size: silo.settings reaper.batch_size. more: a batch was full, call again. Raises SLINV for a batch size below 1.';
+    'One reaper batch: notifies up to p_batch_size grains past inserted + ttn (once per TTN value) and deletes up to p_batch_size grains past inserted + ttl (a due notification first), skipping locked grains; records profile.reaper_events and changes on channel reaper. NULL batch size: silo.settings reaper.batch_size. more: a batch was full, call again. Raises SLINV for a batch size below 1.';
 
 -- api.profile_reaper_event_payload: internal. The change payload of a reaper event: the event id and
 -- the grain's coordinates and metadata under the names of Granary's reaper messages (correlationId,
@@ -262,7 +256,7 @@ DECLARE
     v_n         bigint;
 BEGIN
     IF v_retention IS NULL THEN
-        v_setting := api.profile_reaper_setting('reaper.event_retention', '7 days');
+        v_setting := api.setting('reaper.event_retention', '7 days');
         BEGIN
             v_retention := v_setting::interval;
         EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN

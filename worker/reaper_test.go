@@ -13,7 +13,8 @@ import (
 )
 
 // The leader runs the reaper on start: one run works through every batch (batch size 2, five
-// grains expired, one due for notification), records the events, and leaves the rest.
+// grains expired, one due for notification), records the events, leaves the rest, and trims
+// events older than the retention.
 func TestReaperRunsPeriodically(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -29,6 +30,12 @@ func TestReaperRunsPeriodically(t *testing.T) {
 		{"_id":"r","_path":["keep"],"_value":{"_v":"x","_ttl":"P1D"}}]`, past, past+1, past+2, past+3, past+4, past+5))
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `UPDATE silo.settings SET value = '2' WHERE key = 'reaper.batch_size'`)
+	require.NoError(t, err)
+	// An event older than the retention (reaper.event_retention, 7 days): the run trims it.
+	_, err = pool.Exec(ctx, `
+		INSERT INTO profile.reaper_events (kind, correlation_id, profile_type, path, pit, grain_type, inserted,
+		                                   ttl, ttn, reader, certainty, due, created)
+		VALUES ('ttl', 'old', '_d', '/old', '_latest', 't', 0, 'PT1S', 'P100Y', '_auth', 1, now(), now() - interval '8 days')`)
 	require.NoError(t, err)
 
 	client, err := NewClient(pool, Config{ReaperInterval: time.Hour})
@@ -64,4 +71,7 @@ func TestReaperRunsPeriodically(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"ttn /n ttn analysts", "ttl /e1 ttl _auth", "ttl /e2 ttl _auth",
 		"ttl /e3 ttl _auth", "ttl /e4 ttl _auth", "ttl /e5 ttl _auth"}, events)
+	var old int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM profile.reaper_events WHERE path = '/old'`).Scan(&old))
+	require.Zero(t, old)
 }
