@@ -29,6 +29,18 @@ type ApiProfileLink struct {
 	Origin                *string   `json:"origin"`
 }
 
+// Per stream (high, low): backlog (inbox depth, the scaling signal), oldest acceptance time, blocked lanes, whether the low stream is throttled (high backlog above updater.lag_barrier), the wait per message, the check interval and the long-running warning threshold.
+type ApiProfileUpdaterStatus struct {
+	Priority        string      `json:"priority"`
+	Backlog         int64       `json:"backlog"`
+	Oldest          interface{} `json:"oldest"`
+	BlockedLanes    int64       `json:"blockedLanes"`
+	Throttled       *bool       `json:"throttled"`
+	WaitMs          int32       `json:"waitMs"`
+	CheckIntervalMs int32       `json:"checkIntervalMs"`
+	LongRunningMs   int32       `json:"longRunningMs"`
+}
+
 // The profile store flat for psql: every point in time (pit) of every grain, the value decoded by grain type (value_text for t, value_array for a, counter_current/counter_step/counter_initial for c, value as stored), inserted as a timestamp.
 type ApiProfilestoreHistory struct {
 	CorrelationID  string          `json:"correlationId"`
@@ -108,6 +120,38 @@ type ProfileDeadLetter struct {
 	LastReplayed *time.Time `json:"lastReplayed"`
 	// When a replay applied the message; NULL while it is still dead.
 	Resolved *time.Time `json:"resolved"`
+}
+
+// Profile update messages accepted by api.profile_enqueue and not applied yet; api.profile_inbox_process applies and deletes them lane by lane, in id order. Its depth per priority is the updater's backlog.
+type ProfileInbox struct {
+	// Acceptance order: a lane is applied in id order.
+	ID int64 `json:"id"`
+	// 0 high, 1 low: two streams, the low one throttled while the high one's backlog is above updater.lag_barrier.
+	Priority int16 `json:"priority"`
+	// hashtext(_id) modulo the lane count (0 for a message without a string _id): all updates of one correlation id share a lane.
+	Lane int32 `json:"lane"`
+	// The update message exactly as accepted.
+	Message json.RawMessage `json:"message"`
+	// When the message was accepted.
+	Accepted time.Time `json:"accepted"`
+}
+
+// One row per lane and priority. A worker locks a lane's row (FOR UPDATE SKIP LOCKED) while it applies the lane's messages. After an unexpected error (retry mode) the lane waits until retry_at with exponential back-off: like a Kafka partition it blocks rather than reorder. SELECT * FROM profile.inbox_lanes WHERE attempts > 0 shows blocked lanes.
+type ProfileInboxLane struct {
+	// 0 high, 1 low.
+	Priority int16 `json:"priority"`
+	// Lane number, 0 to the lane count - 1.
+	Lane int32 `json:"lane"`
+	// Failed attempts in a row of the lane's oldest messages (0: healthy).
+	Attempts int32 `json:"attempts"`
+	// The lane is not applied before this time (exponential back-off after a failure).
+	RetryAt *time.Time `json:"retryAt"`
+	// Message of the last unexpected error.
+	LastError *string `json:"lastError"`
+	// SQLSTATE of the last unexpected error.
+	LastSqlstate *string `json:"lastSqlstate"`
+	// When the last unexpected error happened.
+	LastFailed *time.Time `json:"lastFailed"`
 }
 
 // The profile store: one row per grain value of a profile (correlation_id, profile_type) at a path and point in time (pit). Written only through api.profile_apply*; read the profile as a document with api.profile_get or flat with api.profilestore_latest.

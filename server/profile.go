@@ -76,6 +76,13 @@ func (s *server) profileUpdates(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if mode := r.URL.Query().Get("mode"); mode == "async" {
+		s.profileEnqueue(w, r, body)
+		return
+	} else if mode != "" && mode != "sync" {
+		badParam(w, fmt.Errorf("mode must be sync or async, got %q", mode))
+		return
+	}
 	var rows []db.ProfileApplyBatchRow
 	var err error
 	if elems := splitUpdates(body); elems != nil {

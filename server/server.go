@@ -25,6 +25,9 @@ type Config struct {
 	Version string
 	// MaxBodyBytes limits request bodies (default 32 MiB).
 	MaxBodyBytes int64
+	// Registry serves /metrics; other parts of the process (the workers) may register on it too.
+	// nil: a registry of the server's own.
+	Registry *prometheus.Registry
 }
 
 type server struct {
@@ -48,7 +51,7 @@ func New(cfg Config) http.Handler {
 		cfg.MaxBodyBytes = 32 << 20
 	}
 	s := &server{pool: cfg.Pool, q: db.New(cfg.Pool), log: cfg.Logger, version: cfg.Version,
-		maxBody: cfg.MaxBodyBytes, metrics: newMetrics(cfg.Pool)}
+		maxBody: cfg.MaxBodyBytes, metrics: newMetrics(cfg.Pool, cfg.Registry)}
 	s.batcher = newBatcher(s.q)
 
 	mux := http.NewServeMux()
@@ -141,8 +144,11 @@ type metrics struct {
 	updates  *prometheus.CounterVec
 }
 
-func newMetrics(pool *pgxpool.Pool) *metrics {
-	m := &metrics{registry: prometheus.NewRegistry()}
+func newMetrics(pool *pgxpool.Pool, registry *prometheus.Registry) *metrics {
+	if registry == nil {
+		registry = prometheus.NewRegistry()
+	}
+	m := &metrics{registry: registry}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "silo_http_requests_total",
 		Help: "HTTP requests by route and status."}, []string{"route", "status"})
 	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "silo_http_request_duration_seconds",

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -50,6 +51,10 @@ Environment:
                         (default 1m; 0 disables it); batch size and event retention are the
                         silo.settings rows reaper.batch_size and reaper.event_retention
   SILO_REAPER_BUDGET    how long one reaper run may go on while grains are due (default 1m)
+  SILO_UPDATER_WORKERS  asynchronous profile updater workers per priority stream in this process
+                        (default 4; 0: this process applies no queued updates)
+  SILO_METRICS_ADDR     where silo work serves /metrics (default unset: not served; silo up
+                        and silo serve serve it on SILO_ADDR)
 `
 
 type config struct {
@@ -60,6 +65,8 @@ type config struct {
 	deadLetterRetention time.Duration
 	reaperInterval      time.Duration // negative: the reaper does not run
 	reaperBudget        time.Duration
+	updaterWorkers      int
+	metricsAddr         string
 }
 
 func loadConfig() (config, error) {
@@ -70,6 +77,8 @@ func loadConfig() (config, error) {
 		deadLetterRetention: 30 * 24 * time.Hour,
 		reaperInterval:      time.Minute,
 		reaperBudget:        time.Minute,
+		updaterWorkers:      4,
+		metricsAddr:         os.Getenv("SILO_METRICS_ADDR"),
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(envOr("SILO_LOG_LEVEL", "info"))); err != nil {
 		return cfg, fmt.Errorf("SILO_LOG_LEVEL: %w", err)
@@ -90,6 +99,13 @@ func loadConfig() (config, error) {
 		if d == 0 {
 			cfg.reaperInterval = -1
 		}
+	}
+	if v := os.Getenv("SILO_UPDATER_WORKERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 256 {
+			return cfg, fmt.Errorf("SILO_UPDATER_WORKERS: not a number from 0 to 256: %q", v)
+		}
+		cfg.updaterWorkers = n
 	}
 	if v := os.Getenv("SILO_REAPER_BUDGET"); v != "" {
 		d, err := time.ParseDuration(v)

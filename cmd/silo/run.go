@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/silo-db/silo/db"
 	"github.com/silo-db/silo/server"
@@ -26,8 +29,9 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 				return err
 			}
 		}
-		errc := make(chan error, 2)
+		errc := make(chan error, 3)
 		var stops []func(context.Context) error
+		registry := prometheus.NewRegistry()
 
 		if work {
 			client, err := worker.NewClient(pool, worker.Config{
@@ -42,21 +46,35 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 			}
 			logger.Info("workers started")
 			stops = append(stops, client.Stop)
+			if cfg.updaterWorkers > 0 {
+				updater := worker.NewUpdater(pool, worker.UpdaterConfig{Logger: logger, Workers: cfg.updaterWorkers, Registerer: registry})
+				updater.Start(ctx)
+				logger.Info("profile updater started", "workers_per_priority", cfg.updaterWorkers)
+				stops = append(stops, updater.Stop)
+			}
+			if !serve && cfg.metricsAddr != "" {
+				registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+				mux := http.NewServeMux()
+				mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+				stop, err := listenAndServe(cfg.metricsAddr, mux, errc)
+				if err != nil {
+					return err
+				}
+				logger.Info("metrics listening", "addr", cfg.metricsAddr)
+				stops = append([]func(context.Context) error{stop}, stops...)
+			}
 		}
 		if serve {
-			ln, err := net.Listen("tcp", cfg.addr)
-			if err != nil {
-				return fmt.Errorf("error listening on %s: %w", cfg.addr, err)
+			if !work || cfg.updaterWorkers == 0 {
+				registry.MustRegister(worker.NewBacklogCollector(pool)) // the updater registers it otherwise
 			}
-			handler := server.New(server.Config{Pool: pool, Logger: logger, Version: version()})
-			srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-			go func() {
-				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					errc <- fmt.Errorf("HTTP server: %w", err)
-				}
-			}()
-			logger.Info("HTTP API listening", "addr", ln.Addr().String())
-			stops = append([]func(context.Context) error{srv.Shutdown}, stops...)
+			handler := server.New(server.Config{Pool: pool, Logger: logger, Version: version(), Registry: registry})
+			stop, err := listenAndServe(cfg.addr, handler, errc)
+			if err != nil {
+				return err
+			}
+			logger.Info("HTTP API listening", "addr", cfg.addr)
+			stops = append([]func(context.Context) error{stop}, stops...)
 		}
 
 		var runErr error
@@ -74,4 +92,20 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 		}
 		return runErr
 	})
+}
+
+// listenAndServe serves handler on addr until the returned stop is called; a failure of the server
+// is sent to errc.
+func listenAndServe(addr string, handler http.Handler, errc chan<- error) (func(context.Context) error, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("error listening on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("HTTP server on %s: %w", addr, err)
+		}
+	}()
+	return srv.Shutdown, nil
 }

@@ -39,6 +39,9 @@ type Options struct {
 	Settings map[string]string
 	// Log receives progress messages; nil discards them.
 	Log func(format string, args ...any)
+	// Port to listen on; 0 picks a free one. A restart on the port of the previous run keeps the
+	// URLs that clients hold valid.
+	Port int
 }
 
 // Cluster is a running (or reused) server.
@@ -97,9 +100,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 	}
 
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+	port := opts.Port
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
 	}
 	args := []string{"-D", dataDir, "-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",

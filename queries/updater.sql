@@ -1,0 +1,19 @@
+-- Asynchronous profile updater (sql/040_profile_updater.sql).
+
+-- name: ProfileEnqueue :one
+SELECT e.accepted::integer AS accepted, e.first_id, e.last_id
+FROM api.profile_enqueue(sqlc.arg(updates)::jsonb, sqlc.arg(priority)::text) e;
+
+-- name: ProfileInboxProcess :one
+SELECT p.taken::integer AS taken, p.ok::integer AS ok, p.noop::integer AS noop,
+       p.dead_letter::integer AS dead_letter, p.operations::jsonb AS operations,
+       p.lanes::integer AS lanes, p.failed_lanes::integer AS failed_lanes, p.error,
+       p.apply_ms::double precision AS apply_ms, p.more::boolean AS more
+FROM api.profile_inbox_process(sqlc.arg(priority)::text, sqlc.narg(max_updates)::integer) p;
+
+-- name: ProfileUpdaterStatus :many
+SELECT s.priority::text AS priority, s.backlog::bigint AS backlog, coalesce(extract(epoch FROM now() - s.oldest), 0)::double precision AS oldest_age_seconds,
+       s.blocked_lanes::bigint AS blocked_lanes, s.throttled::boolean AS throttled,
+       s.wait_ms::integer AS wait_ms, s.check_interval_ms::integer AS check_interval_ms,
+       s.long_running_ms::integer AS long_running_ms
+FROM api.profile_updater_status s;
