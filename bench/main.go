@@ -11,12 +11,21 @@
 //
 //  1. api.profile_apply_batch, 500 updates per call, one connection, a realistic mix and 100% _set;
 //     baseline: the same rows as one INSERT ... SELECT FROM unnest(...) ON CONFLICT DO UPDATE.
+//
 //  2. POST /profile-updates with 500 updates per request (mix), 2 concurrent clients; baseline: the
 //     raw batch upsert on 2 connections.
+//
 //  3. POST /profile-updates with one update per request, 16 concurrent clients; baseline: single-row
 //     upserts on 16 connections, each its own transaction.
+//
 //  4. GET /profiles/_d/{id} of a 20-grain profile with history, sequential; baseline: SELECT * of
 //     the profile's rows.
+//
+//  5. The asynchronous updater: 100,000 updates of the mix accepted with api.profile_enqueue, then
+//     applied by two `silo work` processes; baseline: the raw batch upsert of the same rows. The
+//     order of each correlation id's appends is checked on the result.
+//
+// SILO_BENCH_ONLY=apply runs workload 1 alone; SILO_BENCH_ONLY=async workload 5 alone.
 package main
 
 import (
@@ -35,6 +44,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,6 +103,10 @@ type gen struct {
 	ns  string
 	mix bool
 	seq int
+	// ordered: the array grain (index 9) always takes an _array_append of the sequence number, so
+	// the result shows the order its updates were applied in; sent counts them per correlation id.
+	ordered bool
+	sent    map[string]int
 }
 
 func cidName(cid int) string { return fmt.Sprintf("cust-%05d", cid) }
@@ -119,6 +133,13 @@ func (g *gen) make(cid, p int) (update, rawRow) {
 				u.Operation = "_array_append"
 			}
 			tag := fmt.Sprintf("tag-%d", g.r.IntN(8))
+			if g.ordered {
+				u.Operation, tag = "_array_append", strconv.Itoa(g.seq)
+				if g.sent == nil {
+					g.sent = map[string]int{}
+				}
+				g.sent[u.ID]++
+			}
 			u.Value.V = []string{tag}
 			row.grainType = "a"
 			row.value = `["` + tag + `"]`
@@ -827,13 +848,21 @@ func run(ctx context.Context) error {
 		return err
 	}
 	rp := &report{}
-	for _, step := range []func() error{
+	steps := []func() error{
 		func() error { return bn.applyWorkload(ctx, rp, true) },
 		func() error { return bn.applyWorkload(ctx, rp, false) },
 		func() error { return bn.httpBatchWorkload(ctx, rp) },
 		func() error { return bn.singleWorkload(ctx, rp) },
 		func() error { return bn.readWorkload(ctx, rp) },
-	} {
+		func() error { return bn.asyncWorkload(ctx, rp, dbURL) },
+	}
+	switch os.Getenv("SILO_BENCH_ONLY") {
+	case "apply": // the api.profile_apply_batch workloads alone
+		steps = steps[:2]
+	case "async":
+		steps = steps[5:]
+	}
+	for _, step := range steps {
 		if err := step(); err != nil {
 			return err
 		}

@@ -175,12 +175,16 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Their oldest messages: a prefix of each lane, in id order (a new snapshot: after the lock).
+    -- Their oldest messages: a prefix of each lane (an equal share of the limit, read in index
+    -- order), in id order (a new snapshot: after the lock).
     SELECT array_agg(s.id ORDER BY s.id), array_agg(s.lane ORDER BY s.id), jsonb_agg(s.message ORDER BY s.id)
     INTO v_ids, v_lane_of, v_msgs
-    FROM (SELECT i.id, i.lane, i.message FROM profile.inbox i
-          WHERE i.priority = v_prio AND i.lane = ANY (v_lanes)
-          ORDER BY i.id LIMIT v_max) s;
+    FROM unnest(v_lanes) AS ln(lane)
+    CROSS JOIN LATERAL (
+        SELECT i.id, i.lane, i.message FROM profile.inbox i
+        WHERE i.priority = v_prio AND i.lane = ln.lane
+        ORDER BY i.id
+        LIMIT greatest(v_max / lanes, 1)) s;
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
@@ -246,7 +250,7 @@ BEGIN
     SELECT coalesce(jsonb_object_agg(o.op, o.n), '{}') INTO operations
     FROM (SELECT op, count(*) AS n FROM unnest(v_ops) AS op GROUP BY op) o;
     failed_lanes := cardinality(v_failed);
-    more := cardinality(v_ids) >= v_max OR lanes >= v_max_lanes;
+    more := cardinality(v_ids) >= greatest(v_max / lanes, 1) * lanes OR lanes >= v_max_lanes;
 END
 $$;
 COMMENT ON FUNCTION api.profile_inbox_process(text, integer) IS

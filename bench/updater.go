@@ -1,0 +1,161 @@
+package main
+
+// The asynchronous updater workload: updates accepted into the inbox with api.profile_enqueue,
+// then applied by two `silo work` processes; the drain rate next to the raw upsert of the same
+// rows, and the order per correlation id checked on the result.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+const (
+	asyncBatches   = 200 // batches of batchSize per run: 100,000 updates
+	asyncProcesses = 2   // `silo work` processes
+	asyncWorkers   = 2   // updater workers per priority and process
+)
+
+// asyncWorkload enqueues asyncBatches batches of the mix (the array grain of each correlation id
+// takes an _array_append of an increasing sequence number, so the result shows the order in which
+// its updates were applied), then starts asyncProcesses `silo work` processes and measures how
+// fast they empty the inbox. The baseline upserts the same rows.
+func (bn *bench) asyncWorkload(ctx context.Context, rp *report, dbURL string) error {
+	name := fmt.Sprintf("async updater, %d `silo work` processes, mix", asyncProcesses)
+	log.Printf("%s ...", name)
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	siloBin := filepath.Join(filepath.Dir(exe), "silo")
+	if _, err := os.Stat(siloBin); err != nil {
+		return fmt.Errorf("the async workload runs %s: %w", siloBin, err)
+	}
+	g := &gen{r: rand.New(rand.NewPCG(5, 5)), ns: "async", mix: true, ordered: true}
+	var silo, raw []float64
+	var errs int64
+	for run := range 3 {
+		batches := make([]batch, asyncBatches)
+		for i := range batches {
+			batches[i] = g.batch(1, 0)
+		}
+		measureSilo := func() (float64, error) {
+			for _, b := range batches {
+				if _, err := bn.silo.Exec(ctx, `SELECT api.profile_enqueue($1::jsonb)`, b.body); err != nil {
+					return 0, err
+				}
+			}
+			return bn.drain(ctx, siloBin, dbURL, asyncBatches*batchSize)
+		}
+		measureRaw := func() (float64, error) {
+			start := time.Now()
+			for _, b := range batches {
+				if err := bn.rawBatch(ctx, b); err != nil {
+					return 0, err
+				}
+			}
+			return float64(asyncBatches*batchSize) / time.Since(start).Seconds(), nil
+		}
+		s, r, err := alternate(run, measureSilo, measureRaw)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		silo, raw = append(silo, s), append(raw, r)
+	}
+	var dead int64
+	if err := bn.raw.QueryRow(ctx, `SELECT count(*) FROM profile.dead_letters WHERE message -> '_path' ->> 0 = 'async'`).Scan(&dead); err != nil {
+		return err
+	}
+	errs += dead
+	bad, ids, err := bn.checkOrder(ctx, g)
+	if err != nil {
+		return err
+	}
+	errs += bad
+	rp.throughput(name, "upd/s", "rows/s", silo, raw, 20000, errs)
+	rp.notes = append(rp.notes, fmt.Sprintf("%s: order of the appends checked on %d correlation ids: %d out of order or missing; the drain is timed from the first applied update to an empty inbox, %d workers per process",
+		name, ids, bad, asyncWorkers))
+	return nil
+}
+
+// drain starts the worker processes, waits until the inbox is empty and stops them; the rate is
+// counted from the first applied update, so process start-up is left out.
+func (bn *bench) drain(ctx context.Context, siloBin, dbURL string, total int) (float64, error) {
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Signal(syscall.SIGTERM)
+			_ = p.Wait()
+		}
+	}()
+	for range asyncProcesses {
+		cmd := exec.Command(siloBin, "work")
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "SILO_UPDATER_WORKERS="+strconv.Itoa(asyncWorkers),
+			"SILO_REAPER_INTERVAL=0", "SILO_DEAD_LETTER_RETENTION=0", "SILO_LOG_LEVEL=warn")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		procs = append(procs, cmd)
+	}
+	var start time.Time
+	var left0 int
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		var left int
+		if err := bn.raw.QueryRow(ctx, `SELECT count(*) FROM profile.inbox`).Scan(&left); err != nil {
+			return 0, err
+		}
+		if start.IsZero() && left < total {
+			start, left0 = time.Now(), left
+		}
+		if left == 0 {
+			return float64(left0) / time.Since(start).Seconds(), nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("the inbox did not drain within 5 minutes")
+}
+
+// checkOrder reads the array grain of every correlation id of the async namespace: its sequence
+// numbers must be increasing, and there must be as many as were sent.
+func (bn *bench) checkOrder(ctx context.Context, g *gen) (bad int64, ids int, err error) {
+	rows, err := bn.raw.Query(ctx, `SELECT correlation_id, value FROM profile.profilestore
+		WHERE path = '/async/g9' AND pit = '_latest' AND profile_type = '_d'`)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var cid string
+		var raw []byte
+		if err := rows.Scan(&cid, &raw); err != nil {
+			return 0, 0, err
+		}
+		ids++
+		var seq []string
+		if err := json.Unmarshal(raw, &seq); err != nil {
+			return 0, 0, err
+		}
+		prev := -1
+		for _, s := range seq {
+			n, err := strconv.Atoi(s)
+			if err != nil || n <= prev {
+				bad++
+			}
+			prev = n
+		}
+		if len(seq) != g.sent[cid] {
+			bad++
+		}
+	}
+	return bad, ids, rows.Err()
+}
