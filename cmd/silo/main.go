@@ -52,7 +52,7 @@ Environment:
                         silo.settings rows reaper.batch_size and reaper.event_retention
   SILO_REAPER_BUDGET    how long one reaper run may go on while grains are due (default 1m)
   SILO_UPDATER_WORKERS  asynchronous profile updater workers per priority stream in this process
-                        (default 4; 0: this process applies no queued updates)
+                        (default 2; 0: this process applies no queued updates)
   SILO_METRICS_ADDR     where silo work serves /metrics (default unset: not served; silo up
                         and silo serve serve it on SILO_ADDR)
 `
@@ -77,7 +77,7 @@ func loadConfig() (config, error) {
 		deadLetterRetention: 30 * 24 * time.Hour,
 		reaperInterval:      time.Minute,
 		reaperBudget:        time.Minute,
-		updaterWorkers:      4,
+		updaterWorkers:      2,
 		metricsAddr:         os.Getenv("SILO_METRICS_ADDR"),
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(envOr("SILO_LOG_LEVEL", "info"))); err != nil {
