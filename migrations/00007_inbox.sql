@@ -13,6 +13,10 @@ CREATE TABLE profile.inbox (
     CONSTRAINT inbox_priority_check CHECK (priority IN (0, 1))
 );
 CREATE INDEX inbox_lane_idx ON profile.inbox (priority, lane, id);
+-- A queue table: rows come and go fast. Vacuum and analyze early, so that dead rows do not pile up
+-- in front of the lanes and the planner knows how full the lanes are.
+ALTER TABLE profile.inbox SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01,
+                               autovacuum_vacuum_insert_scale_factor = 0.01);
 COMMENT ON TABLE profile.inbox IS 'Profile update messages accepted by api.profile_enqueue and not applied yet; api.profile_inbox_process applies and deletes them lane by lane, in id order. Its depth per priority is the updater''s backlog.';
 COMMENT ON COLUMN profile.inbox.id IS 'Acceptance order: a lane is applied in id order.';
 COMMENT ON COLUMN profile.inbox.priority IS '0 high, 1 low: two streams, the low one throttled while the high one''s backlog is above updater.lag_barrier.';
