@@ -203,6 +203,12 @@ func TestProfileApplyOperations(t *testing.T) {
 			update: `{"_schema":"s1","_extra":[1],"_id":"$A","_profile_type":"customer","_path":["a","b\"c","ü"],
 				"_value":{"_v":"x","_in":"1000","_c":"0.5","_other":true}}`, status: "ok",
 			want: []grainRow{gr(`/a/b"c/ü`, `"x"`, 1000, ptype("customer"), cert(0.5))}},
+		{name: "_set with path segments that look like the JSON separator",
+			update: `{"_id":"$A","_path":["a",", ","b"],"_value":{"_v":"x","_in":1000}}`, status: "ok",
+			want: []grainRow{gr("/a/, /b", `"x"`, 1000)}},
+		{name: "_set with a path segment that starts with an underscore",
+			update: `{"_id":"$A","_path":["_x","_latestx"],"_value":{"_v":"x","_in":1000}}`, status: "ok",
+			want: []grainRow{gr("/_x/_latestx", `"x"`, 1000)}},
 		{name: "_set with an ISO 8601 date-time with offset and milliseconds",
 			update: m("_set", `"x"`, `"_in":"1970-01-01T01:00:01.5+01:00"`), status: "ok",
 			want: []grainRow{gr("/g", `"x"`, 1500)}},
@@ -458,6 +464,11 @@ func TestProfileApplyDeadLetters(t *testing.T) {
 		{"_path empty", nil, `{"_id":"$A","_path":[],"_value":{"_v":"x"}}`, "SPPTH", "_path must be an Array of at least one String", ""},
 		{"_path with a number", nil, `{"_id":"$A","_path":["a",1],"_value":{"_v":"x"}}`, "SPPTH", "_path must be an Array of at least one String", ""},
 		{"_path with an empty segment", nil, `{"_id":"$A","_path":["a",""],"_value":{"_v":"x"}}`, "SPPTH", "_path segments can not be empty", ""},
+		{"_path with an empty segment in the middle", nil, `{"_id":"$A","_path":["a","","b"],"_value":{"_v":"x"}}`, "SPPTH", "_path segments can not be empty", ""},
+		{"_path with an empty first segment", nil, `{"_id":"$A","_path":["","b"],"_value":{"_v":"x"}}`, "SPPTH", "_path segments can not be empty", ""},
+		{"_path with a number in the middle", nil, `{"_id":"$A","_path":["a",1,"b"],"_value":{"_v":"x"}}`, "SPPTH", "_path must be an Array of at least one String", ""},
+		{"_path with an array in it", nil, `{"_id":"$A","_path":["a",["b"],"c"],"_value":{"_v":"x"}}`, "SPPTH", "_path must be an Array of at least one String", ""},
+		{"_path with a slash in a later segment", nil, `{"_id":"$A","_path":["a","b/c"],"_value":{"_v":"x"}}`, "SPPTH", `_path segments can not contain "/"`, ""},
 		{"_path with a slash", nil, `{"_id":"$A","_path":["a/b"],"_value":{"_v":"x"}}`, "SPPTH", `_path segments can not contain "/"`, ""},
 		{"_path with a slash and an escape", nil, `{"_id":"$A","_path":["a\"/b"],"_value":{"_v":"x"}}`, "SPPTH", `_path segments can not contain "/"`, ""},
 		{"_path segment _latest", nil, `{"_id":"$A","_path":["a","_latest"],"_value":{"_v":"x"}}`, "SPPTH", "_path segments can not be _latest or a point in time like _20210706T155637.111Z", ""},
@@ -514,6 +525,8 @@ func TestProfileApplyDeadLetters(t *testing.T) {
 		{"_origin a number", nil, m("_set", `"x"`, `"_origin":5`), "SPMSG", "_origin must be a String", "validating _origin"},
 		{"_reader empty", nil, m("_set", `"x"`, `"_reader":""`), "SPMSG", "_reader must be a non-empty String", "validating _reader"},
 		{"_reader a list", nil, m("_set", `"x"`, `"_reader":["a"]`), "SPMSG", "_reader must be a non-empty String", ""},
+		{"_reader empty next to other metadata", nil, m("_set", `"x"`, `"_ttl":"P1D"`, `"_reader":""`), "SPMSG", "_reader must be a non-empty String", ""},
+		{"_in a word next to _c", nil, m("_inc", `"0|1|1"`, `"_c":0.5`, `"_in":"soon"`), "SPINS", "Creation timestamp (_in) must be epoch milliseconds or an ISO 8601 date", ""},
 		// The grain type is fixed when the grain is created.
 		{"array operation on a text grain", []string{m("_set", `"x"`)}, m("_array_append", `["y"]`), "SPTYP",
 			"Grain type differs from the existing grain: _array_append writes grain type a, the grain at /g has grain type t",
@@ -624,6 +637,36 @@ func TestProfileApplyBatchSemantics(t *testing.T) {
 		require.Equal(t, ptr(e.id("$B")), res[3].CorrelationID)
 		require.Equal(t, []grainRow{gr("/g", `"z"`, 2000)}, e.grains("$A"))
 		require.Equal(t, []grainRow{gr("/g", `"b"`, 1000)}, e.grains("$B"))
+	})
+
+	t.Run("plain _set updates that meet another grain type, among others", func(t *testing.T) {
+		t.Parallel()
+		e := newApplyEnv(t)
+		e.one(m("_set", `["x"]`, `"_in":1000`))
+		e.batch(
+			`{"_id":"$B","_path":["g"],"_value":{"_v":"x","_in":1000}}`,
+			`{"_operation":"_set_with_history","_id":"$B","_path":["g"],"_value":{"_v":"y","_in":2000}}`,
+			`{"_operation":"_delete","_id":"$B","_path":["g"],"_value":{"_v":""}}`,
+		)
+		res := e.batch(
+			`{"_id":"$C","_path":["g"],"_value":{"_v":"c","_in":1000}}`,
+			m("_set", `"t"`, `"_in":2000`),
+			`{"_id":"$B","_path":["g"],"_value":{"_v":["z"],"_in":3000}}`,
+			`{"_id":"$A","_path":["h"],"_value":{"_v":"h","_in":1000}}`,
+			`{"_operation":"_inc","_id":"$C","_path":["n"],"_value":{"_v":"0|1|1","_in":1000}}`,
+		)
+		require.Equal(t, []string{"ok", "dead_letter", "dead_letter", "ok", "ok"}, statuses(res))
+		require.Equal(t, ptr("SPTYP"), res[1].Sqlstate)
+		require.Equal(t, ptr("Grain type differs from the existing grain: _set writes grain type t, the grain at /g has grain type a"), res[1].Reason)
+		require.Equal(t, ptr("SPTYP"), res[2].Sqlstate)
+		require.Equal(t, ptr("Grain type differs from the existing grain: _set writes grain type a, the grain at /g has grain type t"), res[2].Reason)
+		require.NotNil(t, res[1].DeadLetterID)
+		require.NotNil(t, res[2].DeadLetterID)
+		require.Equal(t, "applying _set: grain type check", e.deadLetter(*res[2].DeadLetterID).Context)
+		require.Equal(t, []grainRow{gr("/g", `["x"]`, 1000), gr("/h", `"h"`, 1000)}, e.grains("$A"))
+		require.Equal(t, []grainRow{gr("/g", `"x"`, 1000, hist())}, e.grains("$B"))
+		require.Equal(t, []grainRow{gr("/g", `"c"`, 1000), gr("/n", `{"_step": 1, "_current": 1, "_initial": 0}`, 1000)},
+			e.grains("$C"))
 	})
 
 	t.Run("one object is a batch of one", func(t *testing.T) {
@@ -835,6 +878,19 @@ func TestProfileLinks(t *testing.T) {
 		}, e.grains("$A"))
 		require.Equal(t, []grainRow{gr("/g", `"2"`, 1000)}, e.grains("$B"))
 		require.Equal(t, []grainRow{gr("/n", `{"_step": 1, "_current": 1, "_initial": 0}`, 1000)}, e.grains("$C"))
+	})
+
+	t.Run("two linked ids writing one grain in one batch apply in order", func(t *testing.T) {
+		t.Parallel()
+		e := newApplyEnv(t)
+		require.Equal(t, []string{"ok", "ok"}, statuses(e.batch(link("$A", "$C"), link("$B", "$C"))))
+		res := e.batch(set("$A", "1"), set("$B", "2"),
+			`{"_operation":"_set_with_history","_id":"$A","_path":["g"],"_value":{"_v":"3","_in":2000}}`)
+		require.Equal(t, []string{"ok", "ok", "ok"}, statuses(res))
+		for _, r := range res {
+			require.Equal(t, ptr(e.id("$C")), r.CorrelationID)
+		}
+		require.Equal(t, []grainRow{gr("/g", `"2"`, 1000, hist()), gr("/g", `"3"`, 2000)}, e.grains("$C"))
 	})
 
 	t.Run("durations of a link can be set", func(t *testing.T) {

@@ -44,9 +44,10 @@
 -- * Status of an applied update: ok when it wrote something, noop when it changed nothing
 --   (_set_if_not_exist on an existing value, a *_distinct or _set_max/_set_min that does not
 --   overwrite, _array_remove on a missing grain, _delete/_set_ttl/_set_ttn that matched no pit).
--- * Concurrency: values that are read and rewritten (everything but plain _set, deletes and
---   durations) are locked (FOR UPDATE) first, so concurrent writers of one grain do not lose
---   updates; Silo also applies the updates of one correlation id in order.
+-- * Concurrency: values that are read and rewritten are locked (FOR UPDATE) first, except the
+--   counter of _inc, which is read and rewritten inside its upsert (that locks the row it
+--   updates); so concurrent writers of one grain do not lose updates. Silo also applies the
+--   updates of one correlation id in order.
 
 -- One validated update message, as the batch carries it from validation to application.
 CREATE TYPE api.profile_update AS (
@@ -65,7 +66,8 @@ CREATE TYPE api.profile_update AS (
     grain_type      text,        -- the grain type this update writes (t, a, c)
     inc             numeric[],   -- _inc: initial, step, steps
     seg             integer,     -- segment: the updates between two updates that change profile
-                                 -- links; such an update is a segment of its own (odd numbers)
+                                 -- links; such an update is a segment of its own (odd numbers).
+                                 -- Right after validation: 1 when the update changes links, else 0
     target          text,        -- the correlation id written (after profile links)
     round           integer,     -- the n-th update of its grain within its segment
     sqlstate        text,        -- validation failure, NULL when valid
@@ -340,13 +342,17 @@ COMMENT ON FUNCTION api.profile_dead_letter_add(jsonb, text, text, text) IS
     'Internal: records a rejected profile update message in profile.dead_letters and returns its id.';
 
 -- api.profile_apply_round: internal. Applies valid updates of distinct grains whose targets are
--- resolved (one round of a segment) set-based, in one statement: read and lock the current _latest
--- values, decide every update, archive old values to their history pits, write the new _latest
--- values, delete pits, set durations. A history pit that is taken moves forward by 1 ms until it
--- is free (a second statement, only when that happens). Updates of distinct grains do not affect
--- each other, so this gives what applying them one by one gives. Returns one result per update;
--- expected rejections (grain type differs from the existing grain's: SPTYP; profile link cycle:
--- SPLNK) come back as dead_letter results without a dead letter id: the caller records them.
+-- resolved (one round of a segment) set-based. _set and _inc updates are written by one upsert:
+-- _set reads nothing; _inc adds to the counter it finds, whose metadata stays, inside the upsert,
+-- which locks it. An existing _latest of another grain type is left alone, a new _latest whose
+-- grain's history has another type is removed again, and both updates are rejected (SPTYP). Every
+-- other update goes through one more statement: read and lock the current _latest values, decide
+-- every update, archive old values to their history pits, write the new _latest values, delete
+-- pits, set durations. A history pit that is taken moves forward by 1 ms until it is free (one more
+-- statement, only when that happens). Updates of distinct grains do not affect each other, so
+-- this gives what applying them one by one gives. Returns one result per update; expected
+-- rejections (grain type differs from the existing grain's: SPTYP; profile link cycle: SPLNK) come
+-- back as dead_letter results without a dead letter id: the caller records them.
 -- Raises: nothing of its own; an unexpected error propagates (api.profile_apply_batch handles it).
 CREATE FUNCTION api.profile_apply_round(p_round api.profile_update[])
 RETURNS api.profile_apply_result[]
@@ -354,135 +360,238 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_res     api.profile_apply_result[];
+    v_part    api.profile_apply_result[];
+    v_others  boolean;
+    v_written bigint;
+    v_clashes jsonb;
     v_clash   integer[];
     v_pending profile.profilestore[];
     v_offset  bigint := 1;
 BEGIN
-    WITH locked AS (
-        -- Values that are read and rewritten: locked against concurrent writers.
-        SELECT p AS old, true AS found
+    -- _set and _inc: one upsert. Only _inc writes grain type c, so on a conflict EXCLUDED.grain_type
+    -- tells them apart: _inc adds its steps (the new counter's _current - _initial) to the current
+    -- counter, and the counter's metadata stays. Results are ok unless fewer rows were written than
+    -- sent or a new _latest clashes with the grain's history: then the exceptions are worked out
+    -- below.
+    WITH ins AS (
+        INSERT INTO profile.profilestore AS p (correlation_id, profile_type, path, pit, value, certainty, grain_type,
+                                               inserted, ttl, reader, origin, ttn, expires_at, notify_at)
+        SELECT u.target, u.profile_type, u.path, '_latest',
+               CASE WHEN u.operation = '_inc' THEN jsonb_build_object(
+                        '_initial', to_jsonb(trim_scale(u.inc[1])),
+                        '_step', to_jsonb(trim_scale(u.inc[2])),
+                        '_current', to_jsonb(trim_scale(u.inc[1] + u.inc[2] * u.inc[3])))
+                    ELSE u.v END,
+               u.certainty, u.grain_type, u.inserted, u.ttl, u.reader, u.origin, u.ttn,
+               api.profile_expiry(u.inserted, u.ttl), api.profile_expiry(u.inserted, u.ttn)
         FROM unnest(p_round) AS u
-        JOIN profile.profilestore p
-          ON p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
-         AND p.pit = '_latest'
-        WHERE u.operation NOT IN ('_set', '_delete', '_delete_with_history', '_set_ttl', '_set_ttn')
-        FOR UPDATE OF p
-    ), x AS (
-        -- The current _latest value and the existing grain's type.
-        SELECT u.ord, u.operation, u.target, u.profile_type, u.path, u.v, u.certainty, u.inserted, u.ttl, u.ttn,
-               u.origin, u.reader, u.grain_type, u.inc, l.old, coalesce(l.found, false) AS has_latest,
-               CASE WHEN u.operation IN ('_set', '_delete', '_delete_with_history', '_set_ttl', '_set_ttn', '_profile_link') THEN NULL
-                    WHEN l.found THEN (l.old).grain_type::text
-                    ELSE (SELECT p.grain_type::text FROM profile.profilestore p
-                          WHERE p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
-                          LIMIT 1)
-               END AS egt
-        FROM unnest(p_round) AS u
-        LEFT JOIN locked l
-          ON (l.old).correlation_id = u.target AND (l.old).profile_type = u.profile_type AND (l.old).path = u.path
-    ), n AS (
-        -- The new value (array operations and _inc build on the current one), the pits addressed and
-        -- the new duration.
-        SELECT x.*,
-            CASE
-            WHEN x.operation = '_inc' THEN
-                CASE WHEN x.has_latest AND x.egt = 'c' THEN jsonb_build_object(
-                         '_initial', (x.old).value -> '_initial',
-                         '_step', to_jsonb(trim_scale(x.inc[2])),
-                         '_current', to_jsonb(trim_scale(((x.old).value ->> '_current')::numeric + x.inc[2] * x.inc[3])))
-                     ELSE jsonb_build_object(
-                         '_initial', to_jsonb(trim_scale(x.inc[1])),
-                         '_step', to_jsonb(trim_scale(x.inc[2])),
-                         '_current', to_jsonb(trim_scale(x.inc[1] + x.inc[2] * x.inc[3])))
-                END
-            WHEN x.operation IN ('_array_append', '_array_append_with_history') AND x.has_latest THEN
-                (x.old).value || x.v
-            WHEN x.operation IN ('_array_put', '_array_put_with_history', '_array_put_with_history_distinct')
-                 AND x.has_latest AND x.egt = 'a' THEN
-                (x.old).value || coalesce((
-                    SELECT jsonb_agg(e.x ORDER BY e.o)
-                    FROM (SELECT DISTINCT ON (t.x) t.x, t.o
-                          FROM jsonb_array_elements(x.v) WITH ORDINALITY AS t(x, o)
-                          ORDER BY t.x, t.o) e
-                    WHERE NOT (x.old).value @> jsonb_build_array(e.x)), '[]')
-            WHEN x.operation IN ('_array_remove', '_array_remove_with_history') AND x.has_latest AND x.egt = 'a' THEN
-                coalesce((SELECT jsonb_agg(t.x ORDER BY t.o)
-                          FROM jsonb_array_elements((x.old).value) WITH ORDINALITY AS t(x, o)
-                          WHERE t.x <> x.v), '[]')
-            ELSE x.v
-            END AS newval,
-            CASE WHEN x.operation = '_profile_link' THEN api.profile_link_chain(x.v #>> '{}') END AS chain,
-            CASE WHEN x.operation = '_delete' THEN
-                     CASE WHEN jsonb_typeof(x.v) = 'string' OR x.v = '[]' THEN ARRAY['_latest']
-                          ELSE ARRAY(SELECT CASE WHEN e = '' THEN '_latest' ELSE e END
-                                     FROM jsonb_array_elements_text(x.v) AS e) END
-                 WHEN x.operation IN ('_set_ttl', '_set_ttn') AND jsonb_typeof(x.v) = 'array' THEN
-                     ARRAY(SELECT CASE WHEN e = '' THEN '_latest' ELSE e END FROM jsonb_array_elements_text(x.v) AS e)
-            END AS pits,
-            CASE WHEN x.operation IN ('_set_ttl', '_set_ttn') THEN
-                     CASE WHEN jsonb_typeof(x.v) = 'string' AND x.v <> '""' THEN x.v #>> '{}'
-                          WHEN x.operation = '_set_ttl' THEN x.ttl
-                          ELSE x.ttn END
-            END AS dur,
-            x.has_latest AND x.operation IN ('_inc', '_array_append', '_array_append_with_history', '_array_put',
-                                             '_array_put_with_history', '_array_put_with_history_distinct',
-                                             '_array_remove', '_array_remove_with_history') AS keep
-        FROM x
-    ), d AS MATERIALIZED (
-        -- The decision as {status, sqlstate, reason, context}: the first rule that applies wins.
-        -- Array operations and _inc on an existing value keep its metadata.
-        SELECT n.ord, n.operation, n.target, n.profile_type, n.path, n.grain_type, n.inserted, n.old, n.has_latest,
-               n.newval, n.pits, n.dur,
-               CASE WHEN n.keep THEN (n.old).certainty ELSE n.certainty END AS w_certainty,
-               CASE WHEN n.keep THEN (n.old).ttl ELSE n.ttl END AS w_ttl,
-               CASE WHEN n.keep THEN (n.old).reader ELSE n.reader END AS w_reader,
-               CASE WHEN n.keep THEN (n.old).origin ELSE n.origin END AS w_origin,
-               CASE WHEN n.keep THEN (n.old).ttn ELSE n.ttn END AS w_ttn,
-            CASE
-            WHEN n.operation IN ('_delete', '_delete_with_history', '_set_ttl', '_set_ttn') THEN
-                ARRAY['pending', NULL, NULL, NULL]
-            WHEN n.operation = '_profile_link' AND n.target = ANY (n.chain) THEN
-                ARRAY['dead_letter', 'SPLNK',
-                      'Profile link would create a cycle: '
-                      || array_to_string(n.target || n.chain[1:array_position(n.chain, n.target)], ' -> '),
-                      'applying _profile_link: cycle check']
-            WHEN n.operation = '_set_if_not_exist' AND n.has_latest THEN
-                ARRAY['noop', NULL, NULL, NULL]
-            WHEN n.operation IN ('_array_remove', '_array_remove_with_history') AND NOT n.has_latest THEN
-                ARRAY['noop', NULL, NULL, NULL]
-            WHEN n.egt <> n.grain_type THEN
-                ARRAY['dead_letter', 'SPTYP',
-                      format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has grain type %s',
-                             n.operation, n.grain_type, n.path, n.egt),
-                      'applying ' || n.operation || ': grain type check']
-            WHEN n.operation = '_set_with_history_distinct' AND n.has_latest AND (n.old).value = n.v THEN
-                ARRAY['noop', NULL, NULL, NULL]
-            WHEN n.operation IN ('_set_max', '_set_min', '_set_max_with_history', '_set_min_with_history') AND n.has_latest
-                 AND NOT api.profile_value_beats(n.v #>> '{}', (n.old).value #>> '{}', n.operation LIKE '\_set\_max%') THEN
-                ARRAY['noop', NULL, NULL, NULL]
-            WHEN n.operation = '_array_put_with_history_distinct' AND n.has_latest AND n.newval = (n.old).value THEN
-                ARRAY['noop', NULL, NULL, NULL]
-            ELSE
-                ARRAY['ok', NULL, NULL, NULL]
-            END AS decision
-        FROM n
+        WHERE u.operation IN ('_set', '_inc')
+        ON CONFLICT (correlation_id, profile_type, path, pit) DO UPDATE
+        SET value = CASE WHEN EXCLUDED.grain_type = 'c' THEN jsonb_build_object(
+                            '_initial', p.value -> '_initial',
+                            '_step', EXCLUDED.value -> '_step',
+                            '_current', to_jsonb(trim_scale((p.value ->> '_current')::numeric
+                                                            + ((EXCLUDED.value ->> '_current')::numeric
+                                                               - (EXCLUDED.value ->> '_initial')::numeric))))
+                         ELSE EXCLUDED.value END,
+            certainty = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.certainty ELSE EXCLUDED.certainty END,
+            grain_type = EXCLUDED.grain_type,
+            inserted = EXCLUDED.inserted,
+            ttl = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.ttl ELSE EXCLUDED.ttl END,
+            reader = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.reader ELSE EXCLUDED.reader END,
+            origin = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.origin ELSE EXCLUDED.origin END,
+            ttn = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.ttn ELSE EXCLUDED.ttn END,
+            expires_at = CASE WHEN EXCLUDED.grain_type = 'c' THEN api.profile_expiry(EXCLUDED.inserted, p.ttl)
+                              ELSE EXCLUDED.expires_at END,
+            notify_at = CASE WHEN EXCLUDED.grain_type = 'c' THEN api.profile_expiry(EXCLUDED.inserted, p.ttn)
+                             ELSE EXCLUDED.notify_at END
+        WHERE p.grain_type = EXCLUDED.grain_type
+        RETURNING CASE WHEN p.xmax = 0 THEN (SELECT jsonb_build_array(p.correlation_id, p.profile_type, p.path, h.grain_type)
+                                             FROM profile.profilestore h
+                                             WHERE h.correlation_id = p.correlation_id AND h.profile_type = p.profile_type
+                                               AND h.path = p.path AND h.grain_type <> p.grain_type
+                                             LIMIT 1) END AS clash
+    )
+    SELECT (SELECT array_agg(ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::api.profile_apply_result)
+            FROM unnest(p_round) AS u
+            WHERE u.operation IN ('_set', '_inc')),
+           EXISTS (SELECT 1 FROM unnest(p_round) AS u WHERE u.operation NOT IN ('_set', '_inc')),
+           count(*),
+           jsonb_agg(i.clash) FILTER (WHERE i.clash IS NOT NULL)
+    INTO v_res, v_others, v_written, v_clashes
+    FROM ins AS i;
+
+    IF v_written < coalesce(cardinality(v_res), 0) OR v_clashes IS NOT NULL THEN
+        -- Rows not written (the _latest has another grain type: the conflicting row stays locked by
+        -- the upsert, so it still has that type) and new rows that clash with the grain's history.
+        v_res := ARRAY(
+            SELECT CASE WHEN c.clash IS NOT NULL OR p.grain_type::text <> u.grain_type THEN
+                       ROW(u.ord, 'dead_letter', u.operation, u.target, 'SPTYP',
+                           format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has grain type %s',
+                                  u.operation, u.grain_type, u.path, coalesce(c.clash, p.grain_type::text)),
+                           'applying ' || u.operation || ': grain type check', NULL)::api.profile_apply_result
+                   ELSE
+                       ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::api.profile_apply_result
+                   END
+            FROM unnest(p_round) AS u
+            LEFT JOIN profile.profilestore p
+              ON p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
+             AND p.pit = '_latest'
+            LEFT JOIN LATERAL (
+                SELECT x ->> 3 AS clash FROM jsonb_array_elements(v_clashes) AS x
+                WHERE x ->> 0 = u.target AND x ->> 1 = u.profile_type AND x ->> 2 = u.path) c ON true
+            WHERE u.operation IN ('_set', '_inc'));
+        -- A new _latest whose grain's history has another type: not written after all.
+        IF v_clashes IS NOT NULL THEN
+            DELETE FROM profile.profilestore p
+            USING jsonb_array_elements(v_clashes) AS x
+            WHERE p.correlation_id = x ->> 0 AND p.profile_type = x ->> 1 AND p.path = x ->> 2
+              AND p.pit = '_latest';
+        END IF;
+    END IF;
+
+    IF NOT v_others THEN
+        RETURN v_res;
+    END IF;
+
+    -- Every other operation.
+    WITH d AS MATERIALIZED (
+        -- What each update does: st is its decision (ok, noop, dead_letter, or pending for deletes and
+        -- durations, whose status follows from what they match), decision the full
+        -- {status, sqlstate, reason, context}. Array operations on an existing value keep its
+        -- metadata (the w_ columns are what is written).
+        SELECT y.ord, y.operation, y.decision[1] AS st, y.hist, y.o_tid, y.target, y.profile_type, y.path, y.grain_type,
+               y.inserted, y.newval, y.pits, y.dur, y.decision,
+               CASE WHEN y.keep THEN y.o_certainty ELSE y.certainty END AS w_certainty,
+               CASE WHEN y.keep THEN y.o_ttl ELSE y.ttl END AS w_ttl,
+               CASE WHEN y.keep THEN y.o_reader ELSE y.reader END AS w_reader,
+               CASE WHEN y.keep THEN y.o_origin ELSE y.origin END AS w_origin,
+               CASE WHEN y.keep THEN y.o_ttn ELSE y.ttn END AS w_ttn,
+               y.o_value, y.o_certainty, y.o_grain_type, y.o_inserted, y.o_ttl, y.o_reader, y.o_origin, y.o_ttn,
+               y.o_expires_at, y.o_notify_at
+        FROM (
+            -- The decision: the first rule that applies wins.
+            SELECT n.*,
+                CASE
+                WHEN n.operation IN ('_delete', '_delete_with_history', '_set_ttl', '_set_ttn') THEN
+                    '{pending,NULL,NULL,NULL}'::text[]
+                WHEN n.operation = '_profile_link' AND n.target = ANY (n.chain) THEN
+                    ARRAY['dead_letter', 'SPLNK',
+                          'Profile link would create a cycle: '
+                          || array_to_string(n.target || n.chain[1:array_position(n.chain, n.target)], ' -> '),
+                          'applying _profile_link: cycle check']
+                WHEN n.operation = '_set_if_not_exist' AND n.has_latest THEN
+                    '{noop,NULL,NULL,NULL}'::text[]
+                WHEN n.operation IN ('_array_remove', '_array_remove_with_history') AND NOT n.has_latest THEN
+                    '{noop,NULL,NULL,NULL}'::text[]
+                WHEN n.egt <> n.grain_type THEN
+                    ARRAY['dead_letter', 'SPTYP',
+                          format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has grain type %s',
+                                 n.operation, n.grain_type, n.path, n.egt),
+                          'applying ' || n.operation || ': grain type check']
+                WHEN n.operation = '_set_with_history_distinct' AND n.has_latest AND n.o_value = n.v THEN
+                    '{noop,NULL,NULL,NULL}'::text[]
+                WHEN n.operation IN ('_set_max', '_set_min', '_set_max_with_history', '_set_min_with_history') AND n.has_latest
+                     AND NOT api.profile_value_beats(n.v #>> '{}', n.o_value #>> '{}', n.operation LIKE '\_set\_max%') THEN
+                    '{noop,NULL,NULL,NULL}'::text[]
+                WHEN n.operation = '_array_put_with_history_distinct' AND n.has_latest AND n.newval = n.o_value THEN
+                    '{noop,NULL,NULL,NULL}'::text[]
+                ELSE
+                    '{ok,NULL,NULL,NULL}'::text[]
+                END AS decision
+            FROM (
+                -- The new value (array operations build on the current one), the pits addressed,
+                -- the new duration, and whether the old value's metadata stays (keep) and the old value
+                -- goes to history (hist).
+                SELECT x.*,
+                    CASE
+                    WHEN x.operation IN ('_array_append', '_array_append_with_history') AND x.has_latest THEN
+                        x.o_value || x.v
+                    WHEN x.operation IN ('_array_put', '_array_put_with_history', '_array_put_with_history_distinct')
+                         AND x.has_latest AND x.egt = 'a' THEN
+                        x.o_value || coalesce((
+                            SELECT jsonb_agg(e.x ORDER BY e.o)
+                            FROM (SELECT DISTINCT ON (t.x) t.x, t.o
+                                  FROM jsonb_array_elements(x.v) WITH ORDINALITY AS t(x, o)
+                                  ORDER BY t.x, t.o) e
+                            WHERE NOT x.o_value @> jsonb_build_array(e.x)), '[]')
+                    WHEN x.operation IN ('_array_remove', '_array_remove_with_history') AND x.has_latest AND x.egt = 'a' THEN
+                        coalesce((SELECT jsonb_agg(t.x ORDER BY t.o)
+                                  FROM jsonb_array_elements(x.o_value) WITH ORDINALITY AS t(x, o)
+                                  WHERE t.x <> x.v), '[]')
+                    ELSE x.v
+                    END AS newval,
+                    CASE WHEN x.operation = '_profile_link' THEN api.profile_link_chain(x.v #>> '{}') END AS chain,
+                    CASE WHEN x.operation = '_delete' THEN
+                             CASE WHEN jsonb_typeof(x.v) = 'string' OR x.v = '[]' THEN '{_latest}'::text[]
+                                  ELSE ARRAY(SELECT CASE WHEN e = '' THEN '_latest' ELSE e END
+                                             FROM jsonb_array_elements_text(x.v) AS e) END
+                         WHEN x.operation IN ('_set_ttl', '_set_ttn') AND jsonb_typeof(x.v) = 'array' THEN
+                             ARRAY(SELECT CASE WHEN e = '' THEN '_latest' ELSE e END FROM jsonb_array_elements_text(x.v) AS e)
+                    END AS pits,
+                    CASE WHEN x.operation IN ('_set_ttl', '_set_ttn') THEN
+                             CASE WHEN jsonb_typeof(x.v) = 'string' AND x.v <> '""' THEN x.v #>> '{}'
+                                  WHEN x.operation = '_set_ttl' THEN x.ttl
+                                  ELSE x.ttn END
+                    END AS dur,
+                    x.has_latest AND x.operation IN ('_array_append', '_array_append_with_history', '_array_put',
+                                                     '_array_put_with_history', '_array_put_with_history_distinct',
+                                                     '_array_remove', '_array_remove_with_history') AS keep,
+                    x.has_latest AND x.operation IN ('_set_with_history', '_set_with_history_distinct', '_set_max_with_history',
+                                                     '_set_min_with_history', '_array_append_with_history', '_array_put_with_history',
+                                                     '_array_put_with_history_distinct', '_array_remove_with_history') AS hist
+                FROM (
+                    -- The current _latest value (o_ columns, o_tid where it is) and the existing grain's type.
+                    SELECT u.ord, u.operation, u.target, u.profile_type, u.path, u.v, u.certainty, u.inserted, u.ttl, u.ttn,
+                           u.origin, u.reader, u.grain_type, u.inc, l.tid IS NOT NULL AS has_latest,
+                           l.tid AS o_tid, l.value AS o_value, l.certainty AS o_certainty, l.grain_type AS o_grain_type,
+                           l.inserted AS o_inserted, l.ttl AS o_ttl, l.reader AS o_reader, l.origin AS o_origin,
+                           l.ttn AS o_ttn, l.expires_at AS o_expires_at, l.notify_at AS o_notify_at,
+                           CASE WHEN u.operation IN ('_delete', '_delete_with_history', '_set_ttl', '_set_ttn', '_profile_link') THEN NULL
+                                WHEN l.tid IS NOT NULL THEN l.grain_type::text
+                                ELSE (SELECT p.grain_type::text FROM profile.profilestore p
+                                      WHERE p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
+                                      LIMIT 1)
+                           END AS egt
+                    FROM unnest(p_round) AS u
+                    LEFT JOIN LATERAL (
+                        -- Values that are read and rewritten: locked against concurrent writers.
+                        SELECT p.ctid AS tid, p.value, p.certainty, p.grain_type, p.inserted, p.ttl, p.reader, p.origin,
+                               p.ttn, p.expires_at, p.notify_at
+                        FROM profile.profilestore p
+                        WHERE p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
+                          AND p.pit = '_latest'
+                          AND u.operation NOT IN ('_delete', '_delete_with_history', '_set_ttl', '_set_ttn')
+                        FOR UPDATE OF p
+                    ) l ON true
+                    WHERE u.operation NOT IN ('_set', '_inc')
+                    OFFSET 0
+                ) x
+                OFFSET 0
+            ) n
+            OFFSET 0
+        ) y
     ), arch AS (
         -- Old values to history, at _ + their inserted time.
         INSERT INTO profile.profilestore (correlation_id, profile_type, path, pit, value, certainty, grain_type,
                                           inserted, ttl, reader, origin, ttn, expires_at, notify_at)
-        SELECT (d.old).correlation_id, (d.old).profile_type, (d.old).path, api.profile_pit((d.old).inserted),
-               (d.old).value, (d.old).certainty, (d.old).grain_type, (d.old).inserted, (d.old).ttl, (d.old).reader,
-               (d.old).origin, (d.old).ttn, (d.old).expires_at, (d.old).notify_at
+        SELECT d.target, d.profile_type, d.path, api.profile_pit(d.o_inserted), d.o_value, d.o_certainty,
+               d.o_grain_type, d.o_inserted, d.o_ttl, d.o_reader, d.o_origin, d.o_ttn, d.o_expires_at, d.o_notify_at
         FROM d
-        WHERE d.decision[1] = 'ok' AND d.has_latest
-          AND d.operation IN ('_set_with_history', '_set_with_history_distinct', '_set_max_with_history',
-                              '_set_min_with_history', '_array_append_with_history', '_array_put_with_history',
-                              '_array_put_with_history_distinct', '_array_remove_with_history')
+        WHERE d.st = 'ok' AND d.hist
         ON CONFLICT DO NOTHING
         RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path
+    ), upd AS (
+        -- New values of an existing _latest: the row read and locked above.
+        UPDATE profile.profilestore p
+        SET value = d.newval, certainty = d.w_certainty, grain_type = d.grain_type, inserted = d.inserted,
+            ttl = d.w_ttl, reader = d.w_reader, origin = d.w_origin, ttn = d.w_ttn,
+            expires_at = api.profile_expiry(d.inserted, d.w_ttl), notify_at = api.profile_expiry(d.inserted, d.w_ttn)
+        FROM d
+        WHERE d.st = 'ok' AND d.o_tid IS NOT NULL AND p.ctid = d.o_tid
     ), ins AS (
-        -- New _latest values. Plain _set skipped the grain type check above: an existing _latest of
-        -- another type is left alone here (and the update dead-lettered below); a new _latest is
+        -- New _latest values where there was none. One may have appeared since: if it has another
+        -- grain type it is left alone here (and the update dead-lettered below). A new _latest is
         -- checked against the grain's history (and removed again below when it clashes).
         INSERT INTO profile.profilestore AS p (correlation_id, profile_type, path, pit, value, certainty, grain_type,
                                                inserted, ttl, reader, origin, ttn, expires_at, notify_at)
@@ -490,7 +599,7 @@ BEGIN
                d.w_ttl, d.w_reader, d.w_origin, d.w_ttn,
                api.profile_expiry(d.inserted, d.w_ttl), api.profile_expiry(d.inserted, d.w_ttn)
         FROM d
-        WHERE d.decision[1] = 'ok'
+        WHERE d.st = 'ok' AND d.o_tid IS NULL
         ON CONFLICT (correlation_id, profile_type, path, pit) DO UPDATE
         SET value = EXCLUDED.value, certainty = EXCLUDED.certainty, grain_type = EXCLUDED.grain_type,
             inserted = EXCLUDED.inserted, ttl = EXCLUDED.ttl, reader = EXCLUDED.reader, origin = EXCLUDED.origin,
@@ -525,7 +634,7 @@ BEGIN
         SELECT DISTINCT h.ord FROM (SELECT del.ord FROM del UNION ALL SELECT dur.ord FROM dur) h
     )
     SELECT array_agg(CASE
-               WHEN d.decision[1] = 'ok' AND (ins.correlation_id IS NULL OR ins.clash IS NOT NULL) THEN
+               WHEN d.st = 'ok' AND d.o_tid IS NULL AND (ins.correlation_id IS NULL OR ins.clash IS NOT NULL) THEN
                    ROW(d.ord, 'dead_letter', d.operation, d.target, 'SPTYP',
                        format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has grain type %s',
                               d.operation, d.grain_type, d.path,
@@ -534,18 +643,20 @@ BEGIN
                                                      AND p.path = d.path AND p.pit = '_latest'))),
                        'applying ' || d.operation || ': grain type check', NULL)::api.profile_apply_result
                ELSE
-                   ROW(d.ord, CASE WHEN d.decision[1] <> 'pending' THEN d.decision[1]
-                                   WHEN hit.ord IS NOT NULL THEN 'ok' ELSE 'noop' END,
+                   ROW(d.ord, CASE WHEN d.st <> 'pending' THEN d.st WHEN hit.ord IS NOT NULL THEN 'ok' ELSE 'noop' END,
                        d.operation, d.target, d.decision[2], d.decision[3], d.decision[4], NULL)::api.profile_apply_result
                END),
-           array_agg(d.old) FILTER (WHERE d.decision[1] = 'ok' AND d.has_latest AND d.operation LIKE '%\_with\_history%'
-                                    AND arch.correlation_id IS NULL),
+           array_agg(ROW(d.target, d.profile_type, d.path, '_latest', d.o_value, d.o_certainty, d.o_grain_type,
+                         d.o_inserted, d.o_ttl, d.o_reader, d.o_origin, d.o_ttn, d.o_expires_at,
+                         d.o_notify_at)::profile.profilestore)
+               FILTER (WHERE d.st = 'ok' AND d.hist AND arch.correlation_id IS NULL),
            array_agg(d.ord) FILTER (WHERE ins.clash IS NOT NULL)
-    INTO v_res, v_pending, v_clash
+    INTO v_part, v_pending, v_clash
     FROM d
     LEFT JOIN hit ON hit.ord = d.ord
     LEFT JOIN arch ON arch.correlation_id = d.target AND arch.profile_type = d.profile_type AND arch.path = d.path
     LEFT JOIN ins ON ins.correlation_id = d.target AND ins.profile_type = d.profile_type AND ins.path = d.path;
+    v_res := v_res || v_part;
 
     -- A new _latest whose grain's history has another type: not written after all.
     IF v_clash IS NOT NULL THEN
@@ -578,16 +689,18 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_apply_round(api.profile_update[]) IS
-    'Internal: applies validated profile updates of distinct grains set-based in one statement (read and lock, decide, archive, write, delete, set durations); grain type mismatches (SPTYP) and profile link cycles (SPLNK) come back as dead_letter results.';
+    'Internal: applies validated profile updates of distinct grains set-based (_set and _inc by one upsert, every other operation by one statement that reads and locks, decides, archives, writes, deletes and sets durations); grain type mismatches (SPTYP) and profile link cycles (SPLNK) come back as dead_letter results.';
 
 -- api.profile_apply_core: internal. Validates and applies a JSON array of update messages in
 -- order, without any exception handling (api.profile_apply_batch guards it). Numbers the results
 -- from p_ord_offset + 1. Records dead letters when p_record (replays do not).
 --
--- Shape: one query validates the whole batch and splits it into segments (an update that changes
+-- Shape: one query validates the whole batch. The usual batch (no update changes profile links,
+-- no grain comes twice) is one round: api.profile_apply_round applies all its valid updates
+-- set-based. Otherwise a second query splits the batch into segments (an update that changes
 -- profile links is a segment of its own, so every other segment sees fixed link targets) and
--- rounds (the n-th update of each grain within a segment). Segment by segment, round by round,
--- api.profile_apply_round applies the updates of a round set-based. Updates of distinct grains do
+-- rounds (the n-th update of each grain within a segment), and segment by segment, round by
+-- round, api.profile_apply_round applies the updates of a round. Updates of distinct grains do
 -- not affect each other and the updates of one grain run in batch order, so the result is what
 -- applying the updates one by one gives.
 -- Raises: nothing of its own; an unexpected error propagates (api.profile_apply_batch handles it).
@@ -599,259 +712,348 @@ DECLARE
     v_now       bigint := floor(extract(epoch FROM now()) * 1000)::bigint;
     v_updates   api.profile_update[];
     v_rows      api.profile_update[];
-    v_max_seg   integer;
-    v_max_round integer;
+    v_links     boolean;
+    v_twice     boolean;
+    v_max_seg   integer := 0;
+    v_max_round integer := 1;
     v_all_valid boolean;
     v_simple    boolean;
     v_res       api.profile_apply_result[];
     v_dl_ids    bigint[];
     v_dead      record;
 BEGIN
+    -- Validation: one query checks and normalises every update, in one pass over the batch, and
+    -- works out where each valid update writes. It treats the batch as one segment of one round;
+    -- when some update changes profile links or some grain may come twice, segments and rounds are
+    -- worked out below.
     SELECT array_agg(ROW(
                s.ord, s.op, s.cid, s.ptype, s.path, s.v, s.certainty, s.inserted, s.ttl, s.ttn, s.origin,
-               s.reader, s.gtype, s.inc, s.seg, s.target, s.round,
-               s.err[1], s.err[2], s.err[3])::api.profile_update ORDER BY s.ord),
-           max(s.seg), max(s.round), bool_and(s.err IS NULL)
-    INTO v_updates, v_max_seg, v_max_round, v_all_valid
+               s.reader, s.gtype, s.inc, s.lc, s.target, CASE WHEN s.target IS NOT NULL THEN 1 END,
+               s.err[1], s.err[2], s.err[3])::api.profile_update),
+           bool_and(s.err IS NULL), bool_or(s.lc = 1),
+           -- A grain written twice (or a hash collision: then the rounds are worked out for nothing).
+           count(s.target) > count(DISTINCT hashtextextended(s.target || E'\x1f' || s.ptype || E'\x1f' || s.path, 0))
+    INTO v_updates, v_all_valid, v_links, v_twice
     FROM (
-        -- Rounds: the n-th update of a grain within its segment.
-        SELECT t.*,
-               CASE WHEN t.target IS NOT NULL
-                    THEN row_number() OVER (PARTITION BY t.seg, t.target, t.ptype, t.path ORDER BY t.ord)::integer
-               END AS round
+        -- Where each valid update writes, if no update before it changes profile links.
+        SELECT r.*,
+               CASE WHEN r.err IS NOT NULL THEN NULL
+                    WHEN r.op IN ('_delete', '_delete_with_history', '_profile_link') OR r.ptype = 'profile_link' THEN r.cid
+                    WHEN EXISTS (SELECT 1 FROM profile.profilestore k
+                                 WHERE k.correlation_id = r.cid AND k.profile_type = 'profile_link'
+                                   AND k.path = '/new' AND k.pit = '_latest')
+                        THEN api.profile_link_resolve(r.cid)
+                    ELSE r.cid
+               END AS target
         FROM (
-            -- Where each valid update of the first segment (and each profile link change) writes.
-            SELECT r.*,
-                   CASE WHEN r.err IS NOT NULL THEN NULL
-                        WHEN r.op IN ('_delete', '_delete_with_history', '_profile_link') OR r.ptype = 'profile_link' THEN r.cid
-                        WHEN r.seg > 0 THEN NULL
-                        WHEN EXISTS (SELECT 1 FROM profile.profilestore k
-                                     WHERE k.correlation_id = r.cid AND k.profile_type = 'profile_link'
-                                       AND k.path = '/new' AND k.pit = '_latest')
-                            THEN api.profile_link_resolve(r.cid)
-                        ELSE r.cid
-                   END AS target
+            -- lc: the update changes profile links.
+            SELECT b.ord, b.op, b.cid, b.ptype, b.path, b.v, b.certainty, b.inserted, b.ttl, b.ttn, b.origin,
+                   b.reader, b.gtype, b.inc, b.err,
+                   CASE WHEN b.err IS NULL AND (b.cls = 'link' OR (b.ptype = 'profile_link' AND b.cls IN ('del', 'delh')))
+                        THEN 1 ELSE 0 END AS lc
             FROM (
-                -- Segments: an update that changes profile links is a segment of its own.
-                SELECT q.*,
-                       2 * coalesce(sum(q.lc) OVER (ORDER BY q.ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::integer
-                       + q.lc AS seg
+                -- The first validation failure of each update, as {sqlstate, reason, context}: the
+                -- usual valid update is recognised by a short test, the others go through every rule.
+                SELECT c.*,
+                    CASE
+                    WHEN c.cls IN ('set', 'arr', 'inc', 'max', 'rem') AND c.cid <> '' AND c.ptype <> 'profile_link'
+                         AND c.path_res[2] IS NULL AND c.path_res[1] IS NOT NULL AND c.val_obj
+                         AND octet_length(c.cid) + octet_length(c.ptype) + octet_length(c.path_res[1]) <= 2000
+                         AND CASE c.cls WHEN 'set' THEN c.v_type = 'string' OR c.v_strings
+                                        WHEN 'arr' THEN c.v_strings
+                                        WHEN 'inc' THEN c.inc IS NOT NULL
+                                        ELSE c.v_type = 'string' END
+                         AND c.c_num >= 0 AND c.c_num <= 1 AND c.inserted IS NOT NULL
+                         AND c.ttl_err IS NULL AND c.ttn_err IS NULL AND NOT c.origin_bad AND c.reader <> ''
+                        THEN NULL
+                    WHEN NOT c.is_obj THEN
+                        ARRAY['SPMSG', 'Update must be a JSON object', 'validating the update message']
+                    WHEN c.op IS NULL THEN
+                        ARRAY['SPOPR', '_operation must be a String', 'validating _operation']
+                    WHEN c.cls IS NULL THEN
+                        ARRAY['SPOPR', 'Unknown operation ' || left(c.op, 100), 'validating _operation']
+                    WHEN c.j_id IS NULL OR c.j_id = 'null' THEN
+                        ARRAY['SPIDX', '_id can not be null', 'validating _id']
+                    WHEN c.cid IS NULL THEN
+                        ARRAY['SPIDX', '_id must be a String', 'validating _id']
+                    WHEN c.cid = '' THEN
+                        ARRAY['SPIDX', '_id can not be empty', 'validating _id']
+                    WHEN c.ptype IS NULL THEN
+                        ARRAY['SPMSG', '_profile_type must be a non-empty String', 'validating _profile_type']
+                    WHEN c.ptype = 'profile_link' AND c.op NOT IN ('_profile_link', '_delete', '_delete_with_history', '_set_ttl', '_set_ttn') THEN
+                        ARRAY['SPRSV', 'Profile type profile_link is reserved for profile links: only _profile_link, _delete, _delete_with_history, _set_ttl and _set_ttn may address it', 'validating _profile_type']
+                    WHEN c.path_res[2] IS NOT NULL THEN
+                        ARRAY['SPPTH', c.path_res[2], 'validating _path']
+                    WHEN octet_length(c.cid) + octet_length(c.ptype) + octet_length(c.path_res[1]) > 2000 THEN
+                        ARRAY['SPMSG', 'The grain key (_id, _profile_type, _path) is longer than 2000 bytes', 'validating _id, _profile_type and _path']
+                    WHEN c.j_val IS NULL OR c.j_val = 'null' THEN
+                        ARRAY['SPMSG', '_value can not be null', 'validating _value']
+                    WHEN NOT c.val_obj THEN
+                        ARRAY['SPMSG', '_value must be an Object', 'validating _value']
+                    WHEN c.v IS NULL OR c.v = 'null' THEN
+                        ARRAY['SPVAL', '_v can not be null', 'validating _v']
+                    WHEN c.cls = 'set' AND NOT (c.v_type = 'string' OR (c.v_type = 'array' AND c.v_strings)) THEN
+                        ARRAY['SPVAL', 'Value must be a String or an Array of Strings', 'validating _v for ' || c.op]
+                    WHEN c.cls IN ('max', 'rem', 'inc') AND c.v_type <> 'string' THEN
+                        ARRAY['SPVAL', 'Value must be a String', 'validating _v for ' || c.op]
+                    WHEN c.cls = 'inc' AND c.inc IS NULL THEN
+                        ARRAY['SPVAL', 'Value must be a counter like initialvalue|stepsize|steps, e.g. 0|1|1', 'validating _v for ' || c.op]
+                    WHEN c.cls = 'arr' AND c.v_type <> 'array' THEN
+                        ARRAY['SPVAL', 'Value must be an Array', 'validating _v for ' || c.op]
+                    WHEN c.cls = 'arr' AND NOT c.v_strings THEN
+                        ARRAY['SPVAL', 'Value must be an Array of Strings', 'validating _v for ' || c.op]
+                    WHEN c.cls = 'del' AND NOT (c.v = '""' OR (c.v_type = 'array' AND c.v_strings)) THEN
+                        ARRAY['SPVAL', 'Value must be "" or an Array of pits', 'validating _v for ' || c.op]
+                    WHEN c.cls = 'delh' AND c.v <> '""' THEN
+                        ARRAY['SPVAL', 'Value must be ""', 'validating _v for ' || c.op]
+                    WHEN c.cls = 'ttl' AND c.v_type = 'string' AND c.v_dur_err LIKE '% contains a negative number' THEN
+                        ARRAY['SPDUR', c.v_dur_err, 'validating _v for ' || c.op]
+                    WHEN c.cls = 'ttl' AND NOT (c.v = '""' OR (c.v_type = 'array' AND c.v_strings) OR (c.v_type = 'string' AND c.v_dur_err IS NULL)) THEN
+                        ARRAY['SPVAL', 'Value must be "", an Array of pits or an ISO 8601 duration', 'validating _v for ' || c.op]
+                    WHEN c.cls = 'link' AND NOT (c.v_type = 'string' AND c.v <> '""') THEN
+                        ARRAY['SPVAL', 'Value must be a non-empty String, the correlation id to link to', 'validating _v for ' || c.op]
+                    WHEN c.c_num IS NULL OR c.c_num < 0 OR c.c_num > 1 THEN
+                        ARRAY['SPCRT', 'Certainty (_c) must be a number between 0 and 1', 'validating _c']
+                    WHEN c.in_num IS NULL THEN
+                        ARRAY['SPINS', 'Creation timestamp (_in) must be epoch milliseconds or an ISO 8601 date', 'validating _in']
+                    WHEN c.in_num < 0 THEN
+                        ARRAY['SPINS', 'Creation timestamp (_in) can not be negative', 'validating _in']
+                    WHEN c.in_num <> trunc(c.in_num) THEN
+                        ARRAY['SPINS', 'Creation timestamp (_in) must be a whole number of milliseconds', 'validating _in']
+                    WHEN c.in_num > 253402300799999 THEN
+                        ARRAY['SPINS', 'Creation timestamp (_in) is out of range (after 9999-12-31)', 'validating _in']
+                    WHEN c.ttl_err IS NOT NULL THEN
+                        ARRAY['SPDUR', c.ttl_err, 'validating _ttl']
+                    WHEN c.ttn_err IS NOT NULL THEN
+                        ARRAY['SPDUR', c.ttn_err, 'validating _ttn']
+                    WHEN c.origin_bad THEN
+                        ARRAY['SPMSG', '_origin must be a String', 'validating _origin']
+                    WHEN c.reader IS NULL OR c.reader = '' THEN
+                        ARRAY['SPMSG', '_reader must be a non-empty String', 'validating _reader']
+                    END AS err,
+                    c.path_res[1] AS path,
+                    CASE WHEN c.c_num >= 1e-37 AND c.c_num <= 1 THEN c.c_num::real
+                         WHEN c.c_num >= 0 AND c.c_num < 1e-37 THEN 0::real END AS certainty,
+                    CASE c.cls WHEN 'set' THEN CASE WHEN c.v_type = 'array' THEN 'a' ELSE 't' END
+                               WHEN 'arr' THEN 'a' WHEN 'rem' THEN 'a' WHEN 'inc' THEN 'c'
+                               ELSE 't' END AS gtype
                 FROM (
-                    SELECT q0.*,
-                           CASE WHEN q0.err IS NULL AND (q0.op = '_profile_link'
-                                     OR (q0.ptype = 'profile_link' AND q0.op IN ('_delete', '_delete_with_history')))
-                                THEN 1 ELSE 0 END AS lc
+                    -- Each field normalised, NULL where it is invalid; the usual shapes (numbers,
+                    -- absent metadata, plain paths) take the short way, regular expressions and
+                    -- helper functions run only for the others.
+                    SELECT a.ord, a.is_obj, a.op, a.cid, a.cls, a.j_id, a.j_val, a.val_obj, a.v, a.v_type,
+                           a.v_strings, a.ttl, a.ttn, a.reader,
+                        CASE WHEN a.cls = 'link' THEN 'profile_link'
+                             WHEN a.j_pt IS NULL THEN '_d'
+                             ELSE CASE jsonb_typeof(a.j_pt) WHEN 'string' THEN nullif(a.j_pt #>> '{}', '')
+                                                            WHEN 'null' THEN '_d' END
+                        END AS ptype,
+                        -- {path, reason}: a path of plain segments is checked here, others by
+                        -- api.profile_path_check. Plain: the JSON text is ["s1", "s2", ...] with no
+                        -- backslash (so no escaped character: every quote delimits a string), no "/",
+                        -- no empty segment, and every quote inside is part of a ", " between two
+                        -- strings (path_join: the segments joined with "/").
+                        CASE WHEN a.op = '_profile_link' THEN '{/new,NULL}'::text[]
+                             WHEN left(a.path_txt, 2) = '["' AND right(a.path_txt, 2) = '"]'
+                                  AND strpos(a.path_txt, '\') = 0 AND strpos(a.path_txt, '/') = 0
+                                  AND strpos(a.path_txt, '""') = 0 AND strpos(a.path_join, '"') = 0
+                                 THEN ARRAY['/' || a.path_join,
+                                            CASE WHEN strpos(a.path_txt, '"_') > 0
+                                                      AND a.path_txt ~ '"(_latest|_[0-9]{8}T[0-9]{6}\.[0-9]{3}Z)"' THEN
+                                                     '_path segments can not be _latest or a point in time like _20210706T155637.111Z'
+                                                 WHEN left(a.path_txt, 6) = '["_id"' THEN
+                                                     '_path can not start with _id, the profile''s own id' END]
+                             ELSE api.profile_path_check(a.j_path) END AS path_res,
+                        CASE WHEN a.cls = 'inc' AND a.v_type = 'string' AND length(a.v #>> '{}') <= 400
+                                  AND (a.v #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?\|[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?\|[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
+                             THEN ARRAY[split_part(a.v #>> '{}', '|', 1)::numeric, split_part(a.v #>> '{}', '|', 2)::numeric,
+                                        split_part(a.v #>> '{}', '|', 3)::numeric] END AS inc,
+                        CASE WHEN a.cls = 'ttl' AND a.v_type = 'string' AND a.v <> '""'
+                             THEN api.profile_duration_error(a.v #>> '{}', 'Value (_v)') END AS v_dur_err,
+                        CASE WHEN a.j_c IS NULL THEN 1::numeric
+                             ELSE CASE jsonb_typeof(a.j_c)
+                                  WHEN 'number' THEN a.j_c::numeric
+                                  WHEN 'null' THEN 1::numeric
+                                  WHEN 'string' THEN
+                                      CASE WHEN length(a.j_c #>> '{}') <= 100
+                                                AND (a.j_c #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
+                                           THEN (a.j_c #>> '{}')::numeric END
+                                  END
+                        END AS c_num,
+                        a.in_num,
+                        CASE WHEN a.in_num >= 0 AND a.in_num <= 253402300799999 AND a.in_num = trunc(a.in_num)
+                             THEN a.in_num::bigint END AS inserted,
+                        CASE WHEN a.j_ttl IS NULL OR a.ttl = 'P100Y' THEN NULL
+                             ELSE CASE jsonb_typeof(a.j_ttl)
+                                  WHEN 'null' THEN NULL
+                                  WHEN 'string' THEN api.profile_duration_error(a.ttl, 'Time to live (_ttl)')
+                                  ELSE 'Time to live (_ttl) must be a String' END
+                        END AS ttl_err,
+                        CASE WHEN a.j_ttn IS NULL OR a.ttn = 'P100Y' THEN NULL
+                             ELSE CASE jsonb_typeof(a.j_ttn)
+                                  WHEN 'null' THEN NULL
+                                  WHEN 'string' THEN api.profile_duration_error(a.ttn, 'Time to notification (_ttn)')
+                                  ELSE 'Time to notification (_ttn) must be a String' END
+                        END AS ttn_err,
+                        CASE WHEN a.j_origin IS NULL THEN NULL
+                             WHEN jsonb_typeof(a.j_origin) = 'string' THEN a.j_origin #>> '{}' END AS origin,
+                        a.j_origin IS NOT NULL AND jsonb_typeof(a.j_origin) NOT IN ('string', 'null') AS origin_bad
                     FROM (
-                        -- The first validation failure of each update, as {sqlstate, reason, context}.
-                        SELECT b.*,
-                            CASE
-                            WHEN NOT b.is_obj THEN
-                                ARRAY['SPMSG', 'Update must be a JSON object', 'validating the update message']
-                            WHEN b.op IS NULL THEN
-                                ARRAY['SPOPR', '_operation must be a String', 'validating _operation']
-                            WHEN b.cls IS NULL THEN
-                                ARRAY['SPOPR', 'Unknown operation ' || left(b.op, 100), 'validating _operation']
-                            WHEN b.j_id IS NULL OR b.j_id = 'null' THEN
-                                ARRAY['SPIDX', '_id can not be null', 'validating _id']
-                            WHEN b.cid IS NULL THEN
-                                ARRAY['SPIDX', '_id must be a String', 'validating _id']
-                            WHEN b.cid = '' THEN
-                                ARRAY['SPIDX', '_id can not be empty', 'validating _id']
-                            WHEN b.ptype IS NULL THEN
-                                ARRAY['SPMSG', '_profile_type must be a non-empty String', 'validating _profile_type']
-                            WHEN b.ptype = 'profile_link' AND b.op NOT IN ('_profile_link', '_delete', '_delete_with_history', '_set_ttl', '_set_ttn') THEN
-                                ARRAY['SPRSV', 'Profile type profile_link is reserved for profile links: only _profile_link, _delete, _delete_with_history, _set_ttl and _set_ttn may address it', 'validating _profile_type']
-                            WHEN b.path_res[2] IS NOT NULL THEN
-                                ARRAY['SPPTH', b.path_res[2], 'validating _path']
-                            WHEN octet_length(b.cid) + octet_length(b.ptype) + octet_length(b.path) > 2000 THEN
-                                ARRAY['SPMSG', 'The grain key (_id, _profile_type, _path) is longer than 2000 bytes', 'validating _id, _profile_type and _path']
-                            WHEN b.j_val IS NULL OR b.j_val = 'null' THEN
-                                ARRAY['SPMSG', '_value can not be null', 'validating _value']
-                            WHEN jsonb_typeof(b.j_val) <> 'object' THEN
-                                ARRAY['SPMSG', '_value must be an Object', 'validating _value']
-                            WHEN b.v IS NULL OR b.v = 'null' THEN
-                                ARRAY['SPVAL', '_v can not be null', 'validating _v']
-                            WHEN b.cls = 'set' AND NOT (b.v_type = 'string' OR (b.v_type = 'array' AND b.v_strings)) THEN
-                                ARRAY['SPVAL', 'Value must be a String or an Array of Strings', 'validating _v for ' || b.op]
-                            WHEN b.cls IN ('max', 'rem', 'inc') AND b.v_type <> 'string' THEN
-                                ARRAY['SPVAL', 'Value must be a String', 'validating _v for ' || b.op]
-                            WHEN b.cls = 'inc' AND b.inc IS NULL THEN
-                                ARRAY['SPVAL', 'Value must be a counter like initialvalue|stepsize|steps, e.g. 0|1|1', 'validating _v for ' || b.op]
-                            WHEN b.cls = 'arr' AND b.v_type <> 'array' THEN
-                                ARRAY['SPVAL', 'Value must be an Array', 'validating _v for ' || b.op]
-                            WHEN b.cls = 'arr' AND NOT b.v_strings THEN
-                                ARRAY['SPVAL', 'Value must be an Array of Strings', 'validating _v for ' || b.op]
-                            WHEN b.cls = 'del' AND NOT (b.v = '""' OR (b.v_type = 'array' AND b.v_strings)) THEN
-                                ARRAY['SPVAL', 'Value must be "" or an Array of pits', 'validating _v for ' || b.op]
-                            WHEN b.cls = 'delh' AND b.v <> '""' THEN
-                                ARRAY['SPVAL', 'Value must be ""', 'validating _v for ' || b.op]
-                            WHEN b.cls = 'ttl' AND b.v_type = 'string' AND b.v_dur_err LIKE '% contains a negative number' THEN
-                                ARRAY['SPDUR', b.v_dur_err, 'validating _v for ' || b.op]
-                            WHEN b.cls = 'ttl' AND NOT (b.v = '""' OR (b.v_type = 'array' AND b.v_strings) OR (b.v_type = 'string' AND b.v_dur_err IS NULL)) THEN
-                                ARRAY['SPVAL', 'Value must be "", an Array of pits or an ISO 8601 duration', 'validating _v for ' || b.op]
-                            WHEN b.cls = 'link' AND NOT (b.v_type = 'string' AND b.v <> '""') THEN
-                                ARRAY['SPVAL', 'Value must be a non-empty String, the correlation id to link to', 'validating _v for ' || b.op]
-                            WHEN b.c_num IS NULL OR b.c_num < 0 OR b.c_num > 1 THEN
-                                ARRAY['SPCRT', 'Certainty (_c) must be a number between 0 and 1', 'validating _c']
-                            WHEN b.in_num IS NULL THEN
-                                ARRAY['SPINS', 'Creation timestamp (_in) must be epoch milliseconds or an ISO 8601 date', 'validating _in']
-                            WHEN b.in_num < 0 THEN
-                                ARRAY['SPINS', 'Creation timestamp (_in) can not be negative', 'validating _in']
-                            WHEN b.in_num <> trunc(b.in_num) THEN
-                                ARRAY['SPINS', 'Creation timestamp (_in) must be a whole number of milliseconds', 'validating _in']
-                            WHEN b.in_num > 253402300799999 THEN
-                                ARRAY['SPINS', 'Creation timestamp (_in) is out of range (after 9999-12-31)', 'validating _in']
-                            WHEN b.ttl_err IS NOT NULL THEN
-                                ARRAY['SPDUR', b.ttl_err, 'validating _ttl']
-                            WHEN b.ttn_err IS NOT NULL THEN
-                                ARRAY['SPDUR', b.ttn_err, 'validating _ttn']
-                            WHEN b.j_origin IS NOT NULL AND b.j_origin <> 'null' AND jsonb_typeof(b.j_origin) <> 'string' THEN
-                                ARRAY['SPMSG', '_origin must be a String', 'validating _origin']
-                            WHEN b.reader IS NULL OR b.reader = '' THEN
-                                ARRAY['SPMSG', '_reader must be a non-empty String', 'validating _reader']
-                            END AS err,
-                            CASE WHEN b.c_num >= 1e-37 AND b.c_num <= 1 THEN b.c_num::real
-                                 WHEN b.c_num >= 0 AND b.c_num < 1e-37 THEN 0::real END AS certainty,
-                            CASE WHEN b.in_num >= 0 AND b.in_num <= 253402300799999 AND b.in_num = trunc(b.in_num)
-                                 THEN b.in_num::bigint END AS inserted,
-                            CASE WHEN b.cls IN ('set') THEN CASE WHEN b.v_type = 'array' THEN 'a' ELSE 't' END
-                                 WHEN b.cls IN ('arr', 'rem') THEN 'a'
-                                 WHEN b.cls = 'inc' THEN 'c'
-                                 ELSE 't' END AS gtype
+                        SELECT f.*,
+                            CASE f.op
+                                WHEN '_set' THEN 'set' WHEN '_set_if_not_exist' THEN 'set'
+                                WHEN '_set_with_history' THEN 'set' WHEN '_set_with_history_distinct' THEN 'set'
+                                WHEN '_set_max' THEN 'max' WHEN '_set_min' THEN 'max'
+                                WHEN '_set_max_with_history' THEN 'max' WHEN '_set_min_with_history' THEN 'max'
+                                WHEN '_delete' THEN 'del' WHEN '_delete_with_history' THEN 'delh'
+                                WHEN '_inc' THEN 'inc'
+                                WHEN '_array_append' THEN 'arr' WHEN '_array_append_with_history' THEN 'arr'
+                                WHEN '_array_put' THEN 'arr' WHEN '_array_put_with_history' THEN 'arr'
+                                WHEN '_array_put_with_history_distinct' THEN 'arr'
+                                WHEN '_array_remove' THEN 'rem' WHEN '_array_remove_with_history' THEN 'rem'
+                                WHEN '_set_ttl' THEN 'ttl' WHEN '_set_ttn' THEN 'ttl'
+                                WHEN '_profile_link' THEN 'link'
+                            END AS cls,
+                            jsonb_typeof(f.v) AS v_type,
+                            replace(left(substr(f.path_txt, 3), -2), '", "', '/') AS path_join,
+                            CASE WHEN jsonb_typeof(f.v) = 'array'
+                                 THEN NOT EXISTS (SELECT 1 FROM jsonb_array_elements(f.v) AS x
+                                                  WHERE jsonb_typeof(x) <> 'string') END AS v_strings,
+                            CASE WHEN f.j_in IS NULL THEN v_now::numeric
+                                 ELSE CASE jsonb_typeof(f.j_in)
+                                      WHEN 'number' THEN f.j_in::numeric
+                                      WHEN 'null' THEN v_now::numeric
+                                      WHEN 'string' THEN
+                                          CASE WHEN length(f.j_in #>> '{}') > 100 THEN NULL
+                                               WHEN (f.j_in #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
+                                                   THEN (f.j_in #>> '{}')::numeric
+                                               ELSE api.profile_in_parse(f.j_in #>> '{}') END
+                                      END
+                            END AS in_num,
+                            CASE WHEN f.j_ttl IS NULL THEN 'P100Y'
+                                 ELSE CASE jsonb_typeof(f.j_ttl) WHEN 'string' THEN f.j_ttl #>> '{}'
+                                                                 WHEN 'null' THEN 'P100Y' END
+                            END AS ttl,
+                            CASE WHEN f.j_ttn IS NULL THEN 'P100Y'
+                                 ELSE CASE jsonb_typeof(f.j_ttn) WHEN 'string' THEN f.j_ttn #>> '{}'
+                                                                 WHEN 'null' THEN 'P100Y' END
+                            END AS ttn,
+                            CASE WHEN f.j_reader IS NULL THEN '_auth'
+                                 ELSE CASE jsonb_typeof(f.j_reader) WHEN 'string' THEN f.j_reader #>> '{}'
+                                                                    WHEN 'null' THEN '_auth' END
+                            END AS reader
                         FROM (
-                            -- Each field normalised; NULL where it is invalid.
-                            SELECT a.*,
-                                CASE WHEN a.cls = 'link' THEN 'profile_link'
-                                     WHEN a.j_pt IS NULL OR a.j_pt = 'null' THEN '_d'
-                                     WHEN jsonb_typeof(a.j_pt) = 'string' AND a.j_pt <> '""' THEN a.j_pt #>> '{}' END AS ptype,
-                                a.path_res[1] AS path,
-                                CASE WHEN a.cls = 'inc' AND a.v_type = 'string' AND length(a.v #>> '{}') <= 400
-                                          AND (a.v #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?\|[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?\|[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
-                                     THEN ARRAY[split_part(a.v #>> '{}', '|', 1)::numeric, split_part(a.v #>> '{}', '|', 2)::numeric,
-                                                split_part(a.v #>> '{}', '|', 3)::numeric] END AS inc,
-                                CASE WHEN a.cls = 'ttl' AND a.v_type = 'string' AND a.v <> '""'
-                                     THEN api.profile_duration_error(a.v #>> '{}', 'Value (_v)') END AS v_dur_err,
-                                CASE WHEN a.j_c IS NULL OR a.j_c = 'null' THEN 1::numeric
-                                     WHEN jsonb_typeof(a.j_c) = 'number' THEN a.j_c::numeric
-                                     WHEN jsonb_typeof(a.j_c) = 'string' AND length(a.j_c #>> '{}') <= 100
-                                          AND (a.j_c #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
-                                         THEN (a.j_c #>> '{}')::numeric END AS c_num,
-                                CASE WHEN a.j_in IS NULL OR a.j_in = 'null' THEN v_now::numeric
-                                     WHEN jsonb_typeof(a.j_in) = 'number' THEN a.j_in::numeric
-                                     WHEN jsonb_typeof(a.j_in) <> 'string' OR length(a.j_in #>> '{}') > 100 THEN NULL
-                                     WHEN (a.j_in #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
-                                         THEN (a.j_in #>> '{}')::numeric
-                                     ELSE api.profile_in_parse(a.j_in #>> '{}') END AS in_num,
-                                CASE WHEN a.j_ttl IS NULL OR a.j_ttl = 'null' THEN 'P100Y'
-                                     WHEN jsonb_typeof(a.j_ttl) = 'string' THEN a.j_ttl #>> '{}' END AS ttl,
-                                CASE WHEN a.j_ttl IS NULL OR a.j_ttl = 'null' OR a.j_ttl = '"P100Y"' THEN NULL
-                                     WHEN jsonb_typeof(a.j_ttl) <> 'string' THEN 'Time to live (_ttl) must be a String'
-                                     ELSE api.profile_duration_error(a.j_ttl #>> '{}', 'Time to live (_ttl)') END AS ttl_err,
-                                CASE WHEN a.j_ttn IS NULL OR a.j_ttn = 'null' THEN 'P100Y'
-                                     WHEN jsonb_typeof(a.j_ttn) = 'string' THEN a.j_ttn #>> '{}' END AS ttn,
-                                CASE WHEN a.j_ttn IS NULL OR a.j_ttn = 'null' OR a.j_ttn = '"P100Y"' THEN NULL
-                                     WHEN jsonb_typeof(a.j_ttn) <> 'string' THEN 'Time to notification (_ttn) must be a String'
-                                     ELSE api.profile_duration_error(a.j_ttn #>> '{}', 'Time to notification (_ttn)') END AS ttn_err,
-                                CASE WHEN jsonb_typeof(a.j_origin) = 'string' THEN a.j_origin #>> '{}' END AS origin,
-                                CASE WHEN a.j_reader IS NULL OR a.j_reader = 'null' THEN '_auth'
-                                     WHEN jsonb_typeof(a.j_reader) = 'string' THEN a.j_reader #>> '{}' END AS reader
+                            SELECT e.ord, e.is_obj, e.j_id, e.j_pt, e.j_path, e.j_val, e.j_path::text AS path_txt,
+                                jsonb_typeof(e.j_val) = 'object' AS val_obj,
+                                CASE WHEN NOT e.is_obj THEN NULL
+                                     WHEN e.j_op IS NULL THEN '_set'
+                                     ELSE CASE jsonb_typeof(e.j_op) WHEN 'string' THEN e.j_op #>> '{}'
+                                                                    WHEN 'null' THEN '_set' END
+                                END AS op,
+                                CASE WHEN jsonb_typeof(e.j_id) = 'string' THEN e.j_id #>> '{}' END AS cid,
+                                e.j_val -> '_v' AS v, e.j_val -> '_c' AS j_c,
+                                -- Most updates carry no further metadata: one test instead of five lookups.
+                                CASE WHEN e.j_meta THEN e.j_val -> '_in' END AS j_in,
+                                CASE WHEN e.j_meta THEN e.j_val -> '_ttl' END AS j_ttl,
+                                CASE WHEN e.j_meta THEN e.j_val -> '_ttn' END AS j_ttn,
+                                CASE WHEN e.j_meta THEN e.j_val -> '_origin' END AS j_origin,
+                                CASE WHEN e.j_meta THEN e.j_val -> '_reader' END AS j_reader
                             FROM (
-                                SELECT e.ord::integer AS ord, e.m, e.is_obj, e.j_id, e.j_pt, e.j_path, e.j_val,
-                                    e.op, e.cid,
-                                    CASE e.op
-                                        WHEN '_set' THEN 'set' WHEN '_set_if_not_exist' THEN 'set'
-                                        WHEN '_set_with_history' THEN 'set' WHEN '_set_with_history_distinct' THEN 'set'
-                                        WHEN '_set_max' THEN 'max' WHEN '_set_min' THEN 'max'
-                                        WHEN '_set_max_with_history' THEN 'max' WHEN '_set_min_with_history' THEN 'max'
-                                        WHEN '_delete' THEN 'del' WHEN '_delete_with_history' THEN 'delh'
-                                        WHEN '_inc' THEN 'inc'
-                                        WHEN '_array_append' THEN 'arr' WHEN '_array_append_with_history' THEN 'arr'
-                                        WHEN '_array_put' THEN 'arr' WHEN '_array_put_with_history' THEN 'arr'
-                                        WHEN '_array_put_with_history_distinct' THEN 'arr'
-                                        WHEN '_array_remove' THEN 'rem' WHEN '_array_remove_with_history' THEN 'rem'
-                                        WHEN '_set_ttl' THEN 'ttl' WHEN '_set_ttn' THEN 'ttl'
-                                        WHEN '_profile_link' THEN 'link'
-                                    END AS cls,
-                                    e.j_val -> '_v' AS v, jsonb_typeof(e.j_val -> '_v') AS v_type,
-                                    CASE WHEN jsonb_typeof(e.j_val -> '_v') = 'array'
-                                         THEN NOT EXISTS (SELECT 1 FROM jsonb_array_elements(e.j_val -> '_v') AS x
-                                                          WHERE jsonb_typeof(x) <> 'string') END AS v_strings,
-                                    e.j_val -> '_c' AS j_c, e.j_val -> '_in' AS j_in, e.j_val -> '_ttl' AS j_ttl,
-                                    e.j_val -> '_ttn' AS j_ttn, e.j_val -> '_origin' AS j_origin, e.j_val -> '_reader' AS j_reader,
-                                    -- {path, reason}: a path of plain segments is checked here, others by api.profile_path_check.
-                                    CASE WHEN e.op = '_profile_link' THEN ARRAY['/new', NULL]
-                                         WHEN e.path_txt ~ '^\["[^"\\/]+"(, "[^"\\/]+")*\]$' THEN
-                                             ARRAY['/' || replace(substr(e.path_txt, 3, length(e.path_txt) - 4), '", "', '/'),
-                                                   CASE WHEN e.path_txt ~ '"(_latest|_[0-9]{8}T[0-9]{6}\.[0-9]{3}Z)"' THEN
-                                                            '_path segments can not be _latest or a point in time like _20210706T155637.111Z'
-                                                        WHEN left(e.path_txt, 6) = '["_id"' THEN
-                                                            '_path can not start with _id, the profile''s own id' END]
-                                         ELSE api.profile_path_check(e.j_path) END AS path_res
-                                FROM (
-                                    SELECT el.ord, el.m, jsonb_typeof(el.m) = 'object' AS is_obj,
-                                           el.m -> '_id' AS j_id, el.m -> '_profile_type' AS j_pt,
-                                           el.m -> '_path' AS j_path, el.m -> '_value' AS j_val,
-                                           (el.m -> '_path')::text AS path_txt,
-                                           CASE WHEN jsonb_typeof(el.m) <> 'object' THEN NULL
-                                                WHEN coalesce(el.m -> '_operation', 'null') = 'null' THEN '_set'
-                                                WHEN jsonb_typeof(el.m -> '_operation') = 'string' THEN el.m ->> '_operation' END AS op,
-                                           CASE WHEN jsonb_typeof(el.m -> '_id') = 'string' THEN el.m ->> '_id' END AS cid
-                                    FROM jsonb_array_elements(p_updates) WITH ORDINALITY AS el(m, ord)
-                                    OFFSET 0
-                                ) e
+                                SELECT el.ord::integer AS ord, jsonb_typeof(el.m) = 'object' AS is_obj,
+                                       el.m -> '_operation' AS j_op, el.m -> '_id' AS j_id,
+                                       el.m -> '_profile_type' AS j_pt, el.m -> '_path' AS j_path,
+                                       el.m -> '_value' AS j_val,
+                                       (el.m -> '_value') ?| '{_in,_ttl,_ttn,_origin,_reader}' AS j_meta
+                                FROM jsonb_array_elements(p_updates) WITH ORDINALITY AS el(m, ord)
                                 OFFSET 0
-                            ) a
+                            ) e
                             OFFSET 0
-                        ) b
+                        ) f
                         OFFSET 0
-                    ) q0
-                ) q
-            ) r
-            OFFSET 0
-        ) t
+                    ) a
+                    OFFSET 0
+                ) c
+                OFFSET 0
+            ) b
+        ) r
+        OFFSET 0
     ) s;
 
     IF v_updates IS NULL THEN
         RETURN;
     END IF;
 
+    IF v_links OR v_twice THEN
+        -- Segments (seg still holds lc: whether the update changes profile links) and rounds. After a
+        -- link change, updates write where the links point by then: their targets are worked out
+        -- segment by segment below.
+        SELECT array_agg(ROW(
+                   t.ord, t.operation, t.correlation_id, t.profile_type, t.path, t.v, t.certainty, t.inserted, t.ttl,
+                   t.ttn, t.origin, t.reader, t.grain_type, t.inc, t.seg, t.target, t.round,
+                   t.sqlstate, t.reason, t.context)::api.profile_update ORDER BY t.ord),
+               max(t.seg), max(t.round)
+        INTO v_updates, v_max_seg, v_max_round
+        FROM (
+            SELECT g.*,
+                   CASE WHEN g.target IS NOT NULL
+                        THEN row_number() OVER (PARTITION BY g.seg, g.target, g.profile_type, g.path ORDER BY g.ord)::integer
+                   END AS round
+            FROM (
+                SELECT q.ord, q.operation, q.correlation_id, q.profile_type, q.path, q.v, q.certainty, q.inserted,
+                       q.ttl, q.ttn, q.origin, q.reader, q.grain_type, q.inc, q.seg2 AS seg,
+                       CASE WHEN q.seg2 > 0 AND NOT (q.operation IN ('_delete', '_delete_with_history', '_profile_link')
+                                                     OR q.profile_type = 'profile_link')
+                            THEN NULL ELSE q.target END AS target,
+                       q.sqlstate, q.reason, q.context
+                FROM (
+                    SELECT u.*,
+                           2 * coalesce(sum(u.seg) OVER (ORDER BY u.ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::integer
+                           + u.seg AS seg2
+                    FROM unnest(v_updates) AS u
+                ) q
+            ) g
+        ) t;
+    END IF;
+
     -- The common case: every update valid, no link changes, no grain twice: one round of all.
     v_simple := v_max_seg = 0 AND v_all_valid AND v_max_round = 1;
 
     -- Updates that failed validation.
-    v_res := ARRAY(
-        SELECT ROW(u.ord, 'dead_letter', u.operation, u.correlation_id, u.sqlstate, u.reason, u.context, NULL)::api.profile_apply_result
-        FROM unnest(v_updates) AS u
-        WHERE u.sqlstate IS NOT NULL);
+    IF NOT v_all_valid THEN
+        v_res := ARRAY(
+            SELECT ROW(u.ord, 'dead_letter', u.operation, u.correlation_id, u.sqlstate, u.reason, u.context, NULL)::api.profile_apply_result
+            FROM unnest(v_updates) AS u
+            WHERE u.sqlstate IS NOT NULL);
+    END IF;
 
-    FOR v_seg IN 0 .. v_max_seg LOOP
-        IF v_seg % 2 = 0 AND v_seg > 0 THEN
-            -- After a profile link changed: where this segment's updates write now.
-            v_rows := ARRAY(
-                SELECT ROW(t.ord, t.operation, t.correlation_id, t.profile_type, t.path, t.v, t.certainty,
-                           t.inserted, t.ttl, t.ttn, t.origin, t.reader, t.grain_type, t.inc, t.seg, t.tgt,
-                           row_number() OVER (PARTITION BY t.tgt, t.profile_type, t.path ORDER BY t.ord)::integer,
-                           t.sqlstate, t.reason, t.context)::api.profile_update
-                FROM (SELECT u.*,
-                             CASE WHEN u.operation IN ('_delete', '_delete_with_history') OR u.profile_type = 'profile_link'
-                                  THEN u.correlation_id ELSE api.profile_link_resolve(u.correlation_id) END AS tgt
-                      FROM unnest(v_updates) AS u
-                      WHERE u.seg = v_seg AND u.sqlstate IS NULL) t);
-        ELSIF v_simple THEN
-            v_rows := v_updates;
-        ELSE
-            v_rows := ARRAY(SELECT u FROM unnest(v_updates) AS u WHERE u.seg = v_seg AND u.sqlstate IS NULL);
-        END IF;
-        CONTINUE WHEN cardinality(v_rows) = 0;
-        IF NOT v_simple THEN
+    IF v_simple THEN
+        v_res := api.profile_apply_round(v_updates);
+    ELSE
+        FOR v_seg IN 0 .. v_max_seg LOOP
+            IF v_seg % 2 = 0 AND v_seg > 0 THEN
+                -- After a profile link changed: where this segment's updates write now.
+                v_rows := ARRAY(
+                    SELECT ROW(t.ord, t.operation, t.correlation_id, t.profile_type, t.path, t.v, t.certainty,
+                               t.inserted, t.ttl, t.ttn, t.origin, t.reader, t.grain_type, t.inc, t.seg, t.tgt,
+                               row_number() OVER (PARTITION BY t.tgt, t.profile_type, t.path ORDER BY t.ord)::integer,
+                               t.sqlstate, t.reason, t.context)::api.profile_update
+                    FROM (SELECT u.*,
+                                 CASE WHEN u.operation IN ('_delete', '_delete_with_history') OR u.profile_type = 'profile_link'
+                                      THEN u.correlation_id ELSE api.profile_link_resolve(u.correlation_id) END AS tgt
+                          FROM unnest(v_updates) AS u
+                          WHERE u.seg = v_seg AND u.sqlstate IS NULL) t);
+            ELSE
+                v_rows := ARRAY(SELECT u FROM unnest(v_updates) AS u WHERE u.seg = v_seg AND u.sqlstate IS NULL);
+            END IF;
+            CONTINUE WHEN cardinality(v_rows) = 0;
             SELECT max(u.round) INTO v_max_round FROM unnest(v_rows) AS u;
-        END IF;
-        FOR v_round IN 1 .. v_max_round LOOP
-            v_res := v_res || api.profile_apply_round(
-                CASE WHEN v_max_round = 1 THEN v_rows
-                     ELSE ARRAY(SELECT u FROM unnest(v_rows) AS u WHERE u.round = v_round) END);
+            FOR v_round IN 1 .. v_max_round LOOP
+                v_res := v_res || api.profile_apply_round(
+                    CASE WHEN v_max_round = 1 THEN v_rows
+                         ELSE ARRAY(SELECT u FROM unnest(v_rows) AS u WHERE u.round = v_round) END);
+            END LOOP;
         END LOOP;
-    END LOOP;
+    END IF;
 
     -- Rejected updates to the dead letter table, in batch order.
     IF p_record THEN
@@ -873,7 +1075,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_apply_core(jsonb, integer, boolean) IS
-    'Internal: validates and applies a JSON array of profile updates in batch order (set-based validation, then set-based rounds of updates of distinct grains); no exception handling; records dead letters when p_record.';
+    'Internal: validates and applies a JSON array of profile updates in batch order (one set-based validation query; the usual batch is one round, otherwise segments and set-based rounds of updates of distinct grains); no exception handling; records dead letters when p_record.';
 
 -- api.profile_apply_safe: internal. The batch again, each update in its own subtransaction, so an
 -- unexpected error rejects only the update that raised it: it goes to the dead letter table with
@@ -939,7 +1141,6 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_updates jsonb;
-    v_res     api.profile_apply_result[];
 BEGIN
     IF p_updates IS NULL OR jsonb_typeof(p_updates) NOT IN ('object', 'array') THEN
         RAISE EXCEPTION 'updates must be a JSON object or array' USING ERRCODE = 'SLINV',
@@ -948,14 +1149,18 @@ BEGIN
     END IF;
     v_updates := CASE WHEN jsonb_typeof(p_updates) = 'object' THEN jsonb_build_array(p_updates) ELSE p_updates END;
     BEGIN
-        v_res := ARRAY(SELECT c FROM api.profile_apply_core(v_updates, 0, true) AS c);
+        -- api.profile_apply_core runs to completion before this query sees its first row, so when it
+        -- fails, no row has been returned yet.
+        RETURN QUERY
+        SELECT c.ord, c.status, c.operation, c.correlation_id, c.sqlstate, c.reason, c.dead_letter_id
+        FROM api.profile_apply_core(v_updates, 0, true) AS c
+        ORDER BY c.ord;
     EXCEPTION WHEN OTHERS THEN
-        v_res := api.profile_apply_safe(v_updates);
+        RETURN QUERY
+        SELECT r.ord, r.status, r.operation, r.correlation_id, r.sqlstate, r.reason, r.dead_letter_id
+        FROM unnest(api.profile_apply_safe(v_updates)) AS r
+        ORDER BY r.ord;
     END;
-    RETURN QUERY
-    SELECT r.ord, r.status, r.operation, r.correlation_id, r.sqlstate, r.reason, r.dead_letter_id
-    FROM unnest(v_res) AS r
-    ORDER BY r.ord;
 END
 $$;
 COMMENT ON FUNCTION api.profile_apply_batch(jsonb) IS
