@@ -20,6 +20,22 @@ type ApiProfileApplyResult struct {
 	DeadLetterID  *int64  `json:"deadLetterId"`
 }
 
+// Inbox lanes waiting after an unexpected error: priority, lane, attempts, retry_at, last error (time, SQLSTATE, message), the message the lane waits at (message_id, correlation_id, message, accepted) and how many messages wait in the lane. api.profile_inbox_dead_letter(message_id) moves that message to the dead letter table.
+type ApiProfileInboxBlockedLane struct {
+	Priority      string          `json:"priority"`
+	Lane          int32           `json:"lane"`
+	Attempts      int32           `json:"attempts"`
+	RetryAt       *time.Time      `json:"retryAt"`
+	LastFailed    *time.Time      `json:"lastFailed"`
+	LastSqlstate  *string         `json:"lastSqlstate"`
+	LastError     *string         `json:"lastError"`
+	MessageID     int64           `json:"messageId"`
+	CorrelationID string          `json:"correlationId"`
+	Message       json.RawMessage `json:"message"`
+	Accepted      time.Time       `json:"accepted"`
+	Waiting       int64           `json:"waiting"`
+}
+
 // Profile links: updates for correlation_id go to target_correlation_id; resolved_correlation_id is the final target through further links (what api.profile_get reads with p_resolve_links). inserted: when the link was written.
 type ApiProfileLink struct {
 	CorrelationID         string    `json:"correlationId"`
@@ -244,6 +260,14 @@ type SiloChange struct {
 	Created time.Time `json:"created"`
 	// When the sequencer numbered it; the retention counts from here.
 	Sequenced time.Time `json:"sequenced"`
+}
+
+// One row: how far api.change_trim has trimmed silo.changes. Resuming after an id below trimmed_through would miss trimmed changes.
+type SiloChangeHorizon struct {
+	// Always true: the table has one row.
+	Singleton bool `json:"singleton"`
+	// Highest change id trimmed so far (0: nothing trimmed). Every change with a higher id is still in silo.changes.
+	TrimmedThrough int64 `json:"trimmedThrough"`
 }
 
 // Changes committed (or about to be) and not yet numbered: api.change_sequence moves them into silo.changes in commit order. Written in the transaction of each change.

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/silo-db/silo/db"
@@ -275,4 +277,261 @@ func TestProfileInboxLargeArrays(t *testing.T) {
 	require.Len(t, got, 6002)
 	require.Equal(t, "last", got[6000])
 	require.Equal(t, "new", got[6001])
+}
+
+func sqlstateOf(t *testing.T, err error) string {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	return pgErr.Code
+}
+
+// A step never takes more messages than asked, however many lanes are ready.
+func TestProfileInboxProcessHonoursTheLimit(t *testing.T) {
+	tx := dbtest.Tx(t)
+	q := db.New(tx)
+	ctx := context.Background()
+	var msgs []string
+	for i := 0; i < 30; i++ {
+		msgs = append(msgs, appendMsg(fmt.Sprintf("id-%d", i), "1"))
+	}
+	_, err := q.ProfileEnqueue(ctx, db.ProfileEnqueueParams{Updates: []byte("[" + strings.Join(msgs, ",") + "]"), Priority: "low"})
+	require.NoError(t, err)
+	for _, max := range []int32{1, 3} {
+		res, err := q.ProfileInboxProcess(ctx, db.ProfileInboxProcessParams{Priority: "low", MaxUpdates: &max})
+		require.NoError(t, err)
+		require.EqualValues(t, max, res.Taken)
+		require.EqualValues(t, max, res.Lanes)
+		require.True(t, res.More)
+	}
+	// The oldest lanes first: id-0 .. id-3 were applied.
+	for i := 0; i < 4; i++ {
+		require.Equal(t, []string{"1"}, seqOf(t, tx, fmt.Sprintf("id-%d", i)))
+	}
+	err = dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
+		zero := int32(0)
+		_, err := db.New(tx).ProfileInboxProcess(ctx, db.ProfileInboxProcessParams{Priority: "low", MaxUpdates: &zero})
+		return err
+	})
+	require.Equal(t, "SLINV", sqlstateOf(t, err))
+}
+
+// Changing updater.lanes moves the waiting messages: every message sits in hashtext(_id) mod the
+// new count, the lane rows follow, and every id's order survives.
+func TestProfileInboxLaneCountChange(t *testing.T) {
+	tx := dbtest.Tx(t)
+	q := db.New(tx)
+	ctx := context.Background()
+	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"}
+	var msgs []string
+	for i := 0; i < 5; i++ {
+		for _, id := range ids {
+			msgs = append(msgs, appendMsg(id, fmt.Sprint(i)))
+		}
+	}
+	msgs = append(msgs, `{"_id": 7, "_path": ["x"], "_value": {"_v": "1"}}`) // lane 0 whatever the count
+	_, err := q.ProfileEnqueue(ctx, db.ProfileEnqueueParams{Updates: []byte("[" + strings.Join(msgs, ",") + "]"), Priority: "high"})
+	require.NoError(t, err)
+	// Apply a little under 64 lanes, then re-lane what is left to 5.
+	one := int32(6)
+	_, err = q.ProfileInboxProcess(ctx, db.ProfileInboxProcessParams{Priority: "high", MaxUpdates: &one})
+	require.NoError(t, err)
+
+	lanesOK := func(n int) {
+		t.Helper()
+		var rows, misplaced, maxLane int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT count(*), max(lane) FROM profile.inbox_lanes`).Scan(&rows, &maxLane))
+		require.Equal(t, 2*n, rows)
+		require.Equal(t, n-1, maxLane)
+		require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM profile.inbox i
+			WHERE i.lane <> CASE WHEN jsonb_typeof(i.message -> '_id') = 'string'
+			                     THEN (hashtext(i.message ->> '_id') & 2147483647) % $1 ELSE 0 END`, n).Scan(&misplaced))
+		require.Zero(t, misplaced)
+	}
+	_, err = tx.Exec(ctx, `UPDATE silo.settings SET value = '5' WHERE key = 'updater.lanes'`)
+	require.NoError(t, err)
+	lanesOK(5)
+	// New messages go to the new lanes.
+	_, err = q.ProfileEnqueue(ctx, db.ProfileEnqueueParams{Updates: []byte(appendMsg("a", "5")), Priority: "high"})
+	require.NoError(t, err)
+	lanesOK(5)
+	// Invalid values are refused; a deleted setting means the default, 64.
+	for _, v := range []string{"0", "1025", "many", ""} {
+		err := dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE silo.settings SET value = $1 WHERE key = 'updater.lanes'`, v)
+			return err
+		})
+		require.Equal(t, "SLINV", sqlstateOf(t, err), v)
+	}
+	_, err = tx.Exec(ctx, `DELETE FROM silo.settings WHERE key = 'updater.lanes'`)
+	require.NoError(t, err)
+	lanesOK(64)
+	_, err = tx.Exec(ctx, `INSERT INTO silo.settings (key, value, description) VALUES ('updater.lanes', '3', 'lanes')`)
+	require.NoError(t, err)
+	lanesOK(3)
+
+	drain(t, q, "high", 4)
+	for _, id := range ids {
+		want := []string{"0", "1", "2", "3", "4"}
+		if id == "a" {
+			want = append(want, "5")
+		}
+		require.Equal(t, want, seqOf(t, tx, id), id)
+	}
+}
+
+// Every updater setting is checked when it changes.
+func TestProfileUpdaterSettingsAreChecked(t *testing.T) {
+	tx := dbtest.Tx(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		key, value string
+		ok         bool
+	}{
+		{"updater.batch_size", "0", false}, {"updater.batch_size", "abc", false}, {"updater.batch_size", "250", true},
+		{"updater.lanes_per_step", "-1", false}, {"updater.lanes_per_step", "16", true},
+		{"updater.unexpected_errors", "sometimes", false}, {"updater.unexpected_errors", "dead_letter", true},
+		{"updater.throttle_enabled", "yes", false}, {"updater.throttle_enabled", "false", true},
+		{"updater.lag_barrier", "1e3", false}, {"updater.lag_barrier", "0", true},
+		{"updater.wait_time_ms", "1s", false}, {"updater.check_interval_ms", "5000", true},
+		{"updater.retry_base_ms", "0", false}, {"updater.retry_max_ms", "0", true},
+		{"updater.long_running_ms", "", false}, {"updater.long_running_ms", "250", true},
+	} {
+		err := dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE silo.settings SET value = $2 WHERE key = $1`, c.key, c.value)
+			return err
+		})
+		if c.ok {
+			require.NoError(t, err, c)
+		} else {
+			require.Equal(t, "SLINV", sqlstateOf(t, err), c)
+		}
+	}
+}
+
+// An operator moves the message a lane is stuck at to the dead letter table: the lane goes on.
+func TestProfileInboxDeadLetterUnblocksTheLane(t *testing.T) {
+	tx := dbtest.Tx(t)
+	q := db.New(tx)
+	ctx := context.Background()
+	_, err := tx.Exec(ctx, `
+		CREATE FUNCTION pg_temp.boom() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.value::text LIKE '%boom%' THEN RAISE EXCEPTION 'cannot store boom'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER boom BEFORE INSERT OR UPDATE ON profile.profilestore
+			FOR EACH ROW EXECUTE FUNCTION pg_temp.boom();`)
+	require.NoError(t, err)
+	msgs := []string{appendMsg("s", "1"), appendMsg("s", "boom"), appendMsg("s", "2"), appendMsg("s", "3")}
+	row, err := q.ProfileEnqueue(ctx, db.ProfileEnqueueParams{Updates: []byte("[" + strings.Join(msgs, ",") + "]"), Priority: "low"})
+	require.NoError(t, err)
+	res, err := q.ProfileInboxProcess(ctx, db.ProfileInboxProcessParams{Priority: "low"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Taken)
+	require.EqualValues(t, 1, res.FailedLanes)
+
+	lanes, err := q.ProfileInboxBlockedLanes(ctx)
+	require.NoError(t, err)
+	require.Len(t, lanes, 1)
+	stuck := *row.FirstID + 1
+	require.Equal(t, "low", lanes[0].Priority)
+	require.Equal(t, stuck, lanes[0].MessageID)
+	require.Equal(t, "s", lanes[0].CorrelationID)
+	require.EqualValues(t, 3, lanes[0].Waiting)
+
+	// A message that is not there.
+	err = dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
+		_, err := db.New(tx).ProfileInboxDeadLetter(ctx, db.ProfileInboxDeadLetterParams{ID: *row.FirstID})
+		return err
+	})
+	require.Equal(t, "SLNFD", sqlstateOf(t, err))
+
+	dl, err := q.ProfileInboxDeadLetter(ctx, db.ProfileInboxDeadLetterParams{ID: stuck})
+	require.NoError(t, err)
+	var state, reason, msg string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT sqlstate, reason, message->'_value'->'_v'->>0 FROM profile.dead_letters WHERE id = $1`, dl).
+		Scan(&state, &reason, &msg))
+	require.Equal(t, "SPSKP", state)
+	require.Contains(t, reason, "cannot store boom")
+	require.Equal(t, "boom", msg)
+	lanes, err = q.ProfileInboxBlockedLanes(ctx)
+	require.NoError(t, err)
+	require.Empty(t, lanes, "the lane is ready again")
+
+	res, err = q.ProfileInboxProcess(ctx, db.ProfileInboxProcessParams{Priority: "low"})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, res.Taken)
+	require.Equal(t, []string{"1", "2", "3"}, seqOf(t, tx, "s"))
+}
+
+// api.profile_enqueue notifies silo_inbox with the stream's name when it accepted something.
+func TestProfileEnqueueNotifies(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `LISTEN silo_inbox`)
+	require.NoError(t, err)
+	for _, prio := range []string{"low", "high"} {
+		_, err = db.New(pool).ProfileEnqueue(ctx, db.ProfileEnqueueParams{Updates: []byte(`[]`), Priority: prio})
+		require.NoError(t, err)
+		_, err = db.New(pool).ProfileEnqueue(ctx, db.ProfileEnqueueParams{Updates: []byte(appendMsg("n", "1")), Priority: prio})
+		require.NoError(t, err)
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		n, err := conn.Conn().WaitForNotification(wctx)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, prio, n.Payload, "one notification per enqueue that accepted something")
+	}
+	_, err = conn.Exec(ctx, `UNLISTEN *`)
+	require.NoError(t, err)
+}
+
+// A change of updater.lanes waits for the enqueues in progress, and an enqueue that waited for a
+// change in progress uses the new lane count.
+func TestProfileEnqueueWaitsForALaneCountChange(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	ctx := context.Background()
+	// An id whose lane differs between 64 and 8 lanes.
+	var id string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT 'x' || n FROM generate_series(1, 100) n
+		WHERE api.profile_inbox_lane(jsonb_build_object('_id', 'x' || n), 64) >= 8 LIMIT 1`).Scan(&id))
+
+	// The enqueue runs on a session whose plans are cached already (generic plans after five runs).
+	enq, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer enq.Release()
+	for i := 0; i < 7; i++ {
+		_, err := db.New(enq).ProfileEnqueue(ctx, db.ProfileEnqueueParams{Updates: []byte(`[]`), Priority: "high"})
+		require.NoError(t, err)
+	}
+
+	change, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer change.Rollback(ctx)
+	_, err = change.Exec(ctx, `UPDATE silo.settings SET value = '8' WHERE key = 'updater.lanes'`)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.New(enq).ProfileEnqueue(ctx, db.ProfileEnqueueParams{Updates: []byte(appendMsg(id, "1")), Priority: "high"})
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%profile_enqueue%'`).Scan(&n)
+		return err == nil && n == 1
+	}, 30*time.Second, 10*time.Millisecond, "the enqueue waits for the change")
+	require.NoError(t, change.Commit(ctx))
+	require.NoError(t, <-done)
+
+	var lane, want int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT lane, api.profile_inbox_lane(message, 8) FROM profile.inbox`).Scan(&lane, &want))
+	require.Equal(t, want, lane)
+	require.Less(t, lane, 8)
 }

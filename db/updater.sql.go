@@ -8,6 +8,7 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"time"
 )
 
 const profileEnqueue = `-- name: ProfileEnqueue :one
@@ -33,6 +34,73 @@ func (q *Queries) ProfileEnqueue(ctx context.Context, arg ProfileEnqueueParams) 
 	var i ProfileEnqueueRow
 	err := row.Scan(&i.Accepted, &i.FirstID, &i.LastID)
 	return i, err
+}
+
+const profileInboxBlockedLanes = `-- name: ProfileInboxBlockedLanes :many
+SELECT b.priority::text AS priority, b.lane::integer AS lane, b.attempts::integer AS attempts, b.retry_at,
+       b.last_failed, b.last_sqlstate, b.last_error, coalesce(b.message_id, 0)::bigint AS message_id,
+       coalesce(b.correlation_id, '')::text AS correlation_id, b.waiting::bigint AS waiting
+FROM api.profile_inbox_blocked_lanes b
+`
+
+type ProfileInboxBlockedLanesRow struct {
+	Priority      string     `json:"priority"`
+	Lane          int32      `json:"lane"`
+	Attempts      int32      `json:"attempts"`
+	RetryAt       *time.Time `json:"retryAt"`
+	LastFailed    *time.Time `json:"lastFailed"`
+	LastSqlstate  *string    `json:"lastSqlstate"`
+	LastError     *string    `json:"lastError"`
+	MessageID     int64      `json:"messageId"`
+	CorrelationID string     `json:"correlationId"`
+	Waiting       int64      `json:"waiting"`
+}
+
+func (q *Queries) ProfileInboxBlockedLanes(ctx context.Context) ([]ProfileInboxBlockedLanesRow, error) {
+	rows, err := q.db.Query(ctx, profileInboxBlockedLanes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProfileInboxBlockedLanesRow
+	for rows.Next() {
+		var i ProfileInboxBlockedLanesRow
+		if err := rows.Scan(
+			&i.Priority,
+			&i.Lane,
+			&i.Attempts,
+			&i.RetryAt,
+			&i.LastFailed,
+			&i.LastSqlstate,
+			&i.LastError,
+			&i.MessageID,
+			&i.CorrelationID,
+			&i.Waiting,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const profileInboxDeadLetter = `-- name: ProfileInboxDeadLetter :one
+SELECT api.profile_inbox_dead_letter($1::bigint, $2::text)::bigint AS dead_letter_id
+`
+
+type ProfileInboxDeadLetterParams struct {
+	ID     int64   `json:"id"`
+	Reason *string `json:"reason"`
+}
+
+func (q *Queries) ProfileInboxDeadLetter(ctx context.Context, arg ProfileInboxDeadLetterParams) (int64, error) {
+	row := q.db.QueryRow(ctx, profileInboxDeadLetter, arg.ID, arg.Reason)
+	var dead_letter_id int64
+	err := row.Scan(&dead_letter_id)
+	return dead_letter_id, err
 }
 
 const profileInboxProcess = `-- name: ProfileInboxProcess :one

@@ -44,6 +44,17 @@ COMMENT ON COLUMN silo.changes.readers IS 'Who may see the change: subscribers w
 COMMENT ON COLUMN silo.changes.created IS 'When the change was written (its transaction''s start).';
 COMMENT ON COLUMN silo.changes.sequenced IS 'When the sequencer numbered it; the retention counts from here.';
 
+-- How far the change log has been trimmed: a client resuming from an id below trimmed_through
+-- may have missed changes, and is told so (api.change_resume, api.changes_since).
+CREATE TABLE silo.change_horizon (
+    singleton       boolean PRIMARY KEY DEFAULT true CONSTRAINT change_horizon_singleton_check CHECK (singleton),
+    trimmed_through bigint  NOT NULL DEFAULT 0
+);
+INSERT INTO silo.change_horizon DEFAULT VALUES;
+COMMENT ON TABLE silo.change_horizon IS 'One row: how far api.change_trim has trimmed silo.changes. Resuming after an id below trimmed_through would miss trimmed changes.';
+COMMENT ON COLUMN silo.change_horizon.singleton IS 'Always true: the table has one row.';
+COMMENT ON COLUMN silo.change_horizon.trimmed_through IS 'Highest change id trimmed so far (0: nothing trimmed). Every change with a higher id is still in silo.changes.';
+
 -- Settings a DBA reads and changes with plain SQL; each domain adds its keys.
 CREATE TABLE silo.settings (
     key         text PRIMARY KEY,
@@ -56,6 +67,7 @@ INSERT INTO silo.settings (key, value, description) VALUES
 
 -- +goose Down
 DROP TABLE silo.settings;
+DROP TABLE silo.change_horizon;
 DROP TABLE silo.changes;
 DROP SEQUENCE silo.change_id_seq;
 DROP TABLE silo.change_pending;

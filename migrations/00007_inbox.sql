@@ -47,7 +47,7 @@ INSERT INTO profile.inbox_lanes (priority, lane)
 SELECT p, l FROM generate_series(0, 1) AS p, generate_series(0, 63) AS l;
 
 INSERT INTO silo.settings (key, value, description) VALUES
-    ('updater.lanes', '64', 'Lanes per priority (fixed by the migration: the rows of profile.inbox_lanes). Updates of one _id always share a lane.'),
+    ('updater.lanes', '64', 'Lanes per priority (1 to 1024): the most workers that can apply one stream at once. Updates of one _id always share a lane. Changing it re-lanes the waiting messages (their order per _id is kept) and adds or removes rows of profile.inbox_lanes.'),
     ('updater.batch_size', '500', 'Most updates one step of a worker applies in one transaction.'),
     ('updater.lanes_per_step', '8', 'Most lanes one step claims; a lane is applied by one worker at a time.'),
     ('updater.unexpected_errors', 'retry', 'What an unexpected (non-validation) error does: retry (the lane waits with exponential back-off and tries again, forever) or dead_letter (the message that raised it goes to the dead letter table, the others apply).'),

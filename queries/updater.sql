@@ -17,3 +17,12 @@ SELECT s.priority::text AS priority, s.backlog::bigint AS backlog, coalesce(extr
        s.wait_ms::integer AS wait_ms, s.check_interval_ms::integer AS check_interval_ms,
        s.long_running_ms::integer AS long_running_ms
 FROM api.profile_updater_status s;
+
+-- name: ProfileInboxDeadLetter :one
+SELECT api.profile_inbox_dead_letter(sqlc.arg(id)::bigint, sqlc.narg(reason)::text)::bigint AS dead_letter_id;
+
+-- name: ProfileInboxBlockedLanes :many
+SELECT b.priority::text AS priority, b.lane::integer AS lane, b.attempts::integer AS attempts, b.retry_at,
+       b.last_failed, b.last_sqlstate, b.last_error, coalesce(b.message_id, 0)::bigint AS message_id,
+       coalesce(b.correlation_id, '')::text AS correlation_id, b.waiting::bigint AS waiting
+FROM api.profile_inbox_blocked_lanes b;

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strconv"
@@ -28,6 +30,9 @@ type Config struct {
 	// Registry serves /metrics; other parts of the process (the workers) may register on it too.
 	// nil: a registry of the server's own.
 	Registry *prometheus.Registry
+	// Hub serves change notifications on GET /ws (nil: the route answers 503). The caller starts
+	// and stops it with the process.
+	Hub *Hub
 }
 
 type server struct {
@@ -40,6 +45,7 @@ type server struct {
 
 	identities identityCache
 	batcher    *batcher
+	hub        *Hub
 }
 
 // New returns Silo's HTTP API.
@@ -51,7 +57,12 @@ func New(cfg Config) http.Handler {
 		cfg.MaxBodyBytes = 32 << 20
 	}
 	s := &server{pool: cfg.Pool, q: db.New(cfg.Pool), log: cfg.Logger, version: cfg.Version,
-		maxBody: cfg.MaxBodyBytes, metrics: newMetrics(cfg.Pool, cfg.Registry)}
+		maxBody: cfg.MaxBodyBytes, metrics: newMetrics(cfg.Pool, cfg.Registry), hub: cfg.Hub}
+	if cfg.Hub != nil {
+		for _, c := range cfg.Hub.collectors() {
+			_ = s.metrics.registry.Register(c) // already registered when two servers share hub and registry
+		}
+	}
 	s.batcher = newBatcher(s.q)
 
 	mux := http.NewServeMux()
@@ -66,6 +77,7 @@ func New(cfg Config) http.Handler {
 	route("GET /profiles/{profileType}/{correlationId}/grain/{path...}", s.profileGrainGet)
 	route("GET /dead-letters", s.deadLetterList)
 	route("POST /dead-letters/{id}/replay", s.deadLetterReplay)
+	route("GET /ws", s.ws)
 	mux.Handle("/", s.instrument("unmatched", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "unknown-resource", "no route for "+r.Method+" "+r.URL.Path, nil)
 	}))
@@ -100,6 +112,14 @@ func (w *statusWriter) WriteHeader(code int) {
 		w.status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
+}
+
+// Hijack hands the connection over to the websocket endpoint.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if w.status == 0 {
+		w.status = http.StatusSwitchingProtocols
+	}
+	return http.NewResponseController(w.ResponseWriter).Hijack()
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {

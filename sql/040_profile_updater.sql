@@ -1,7 +1,9 @@
 -- Profile store, asynchronous updater: update messages accepted into profile.inbox and applied by
 -- workers, in order per correlation id (the Kafka profile updater of Granary, in PostgreSQL).
 --
--- Public functions: api.profile_enqueue, api.profile_inbox_process, api.profile_updater_status.
+-- Public functions and views: api.profile_enqueue, api.profile_inbox_process,
+-- api.profile_updater_status, api.profile_inbox_blocked_lanes, api.profile_inbox_dead_letter.
+-- Settings: the updater.* rows of silo.settings (checked by a trigger when they change).
 --
 -- Rules where the specification leaves room:
 -- * Two streams, high and low priority (the two topics of the original). Every message goes to a
@@ -11,16 +13,29 @@
 --   to updater.batch_size, in id order, then deletes them, all in one transaction: updates of one
 --   correlation id are applied in the order they were accepted within their stream; a crash or a
 --   lost connection leaves the messages in the inbox (nothing lost, nothing applied twice).
+-- * Acceptance order is commit order: a request that was answered before another was sent has the
+--   smaller ids, and a worker sees committed messages only. Requests in flight at the same time
+--   have no order between them.
 -- * Order is per _id as given. An update for a linked _id is applied to the link's target like any
 --   other update; updates sent under two linked ids are ordered per id, not across them (as with
 --   a topic keyed by _id).
+-- * Changing updater.lanes re-lanes the waiting messages in the same transaction
+--   (api.profile_inbox_relane): it waits for the steps and enqueues in progress and keeps the
+--   order of every _id. Enqueue computes the lane in the statement that inserts, so it sees the
+--   lane count of the last committed change.
+-- * Idle workers poll with back-off (up to a second) and are woken by NOTIFY silo_inbox, which
+--   api.profile_enqueue sends only when it starts a lane's backlog: behind waiting messages the
+--   workers are busy already, and a notifying commit takes a database-wide lock that would
+--   serialise concurrent enqueues.
 -- * Expected rejections (validation, grain type, link cycles) are dead-lettered as in
 --   api.profile_apply_batch and the lane goes on. Unexpected errors, per updater.unexpected_errors:
 --   retry (default): the messages of the lane before the failing one are applied, the failing one
 --   and those after it stay, and the lane waits updater.retry_base_ms * 2^attempts (at most
---   updater.retry_max_ms) before it is tried again, forever, as a Kafka partition blocks;
+--   updater.retry_max_ms) before it is tried again, forever, as a Kafka partition blocks (an
+--   operator can move the message to the dead letter table: api.profile_inbox_dead_letter);
 --   dead_letter: the message that raised it goes to the dead letter table (api.profile_apply_batch's
---   safe mode) and the lane goes on.
+--   safe mode) and the lane goes on. An error that aborts the whole step (the database going away,
+--   a statement timeout, a cancel) rolls the step back: the worker tries again after a pause.
 -- * Throttling: while the high stream's backlog is above updater.lag_barrier (and
 --   updater.throttle_enabled), api.profile_updater_status reports the low stream throttled with a
 --   wait of updater.wait_time_ms per message; workers of the low stream then apply one message per
@@ -28,23 +43,36 @@
 -- * A step runs in READ COMMITTED only: each statement must see the deletes of the step that held
 --   the lane before.
 
--- api.profile_priority: internal. 0 for 'high', 1 for 'low'.
--- Raises: SLINV for anything else.
+-- api.profile_priority: internal. 0 for 'high', 1 for 'low', NULL for anything else.
+-- Raises: nothing (the callers raise SLINV on NULL).
 CREATE FUNCTION api.profile_priority(p_priority text)
 RETURNS smallint
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE sql IMMUTABLE
 AS $$
-BEGIN
-    RETURN CASE p_priority WHEN 'high' THEN 0 WHEN 'low' THEN 1 END;
-END
+    SELECT CASE p_priority WHEN 'high' THEN 0::smallint WHEN 'low' THEN 1::smallint END;
 $$;
--- (a CASE cannot raise: the callers check for NULL)
 COMMENT ON FUNCTION api.profile_priority(text) IS
     'Internal: the inbox priority of a stream name: high 0, low 1, NULL for anything else.';
 
+-- api.profile_inbox_lane: internal. The lane of an update message among p_lanes lanes:
+-- hashtext(_id) modulo p_lanes when _id is a string, else 0.
+-- Raises: nothing.
+CREATE FUNCTION api.profile_inbox_lane(p_message jsonb, p_lanes integer)
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN jsonb_typeof(p_message -> '_id') = 'string'
+                THEN (hashtext(p_message ->> '_id') & 2147483647) % p_lanes ELSE 0 END;
+$$;
+COMMENT ON FUNCTION api.profile_inbox_lane(jsonb, integer) IS
+    'Internal: the inbox lane of an update message: hashtext(_id) modulo the lane count, 0 when _id is not a string.';
+
 -- api.profile_enqueue: accepts profile update messages (one object or an array) into the inbox of
--- the asynchronous updater, in order; returns how many, and the first and last inbox id.
+-- the asynchronous updater, in order; returns how many, and the first and last inbox id. The
+-- messages are checked when applied: a bad one goes to the dead letter table then.
 -- Raises: SLINV when p_updates is neither an object nor an array, or p_priority is not high or low.
+-- Notifies: silo_inbox with the priority (high or low), once per transaction, when one of the
+-- lanes it wrote to had no message waiting before.
 CREATE FUNCTION api.profile_enqueue(
     p_updates jsonb,
     p_priority text DEFAULT 'high',
@@ -55,7 +83,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_prio  smallint := api.profile_priority(p_priority);
-    v_lanes integer := api.setting('updater.lanes', '64')::integer;
+    v_lanes integer[];
 BEGIN
     IF v_prio IS NULL THEN
         RAISE EXCEPTION 'priority must be high or low' USING ERRCODE = 'SLINV',
@@ -66,23 +94,33 @@ BEGIN
             DETAIL = format('got %s', coalesce(jsonb_typeof(p_updates), 'NULL')),
             HINT = 'Send one update message as an object or several as an array of objects.';
     END IF;
+    -- The lane count is read in the inserting statement: its snapshot is taken after the lock on
+    -- profile.inbox, so a concurrent change of updater.lanes (which locks the table) is seen whole.
     WITH ins AS (
         INSERT INTO profile.inbox (priority, lane, message)
-        SELECT v_prio,
-               CASE WHEN jsonb_typeof(e.m -> '_id') = 'string'
-                    THEN (hashtext(e.m ->> '_id')::bigint & 2147483647)::integer % v_lanes ELSE 0 END,
-               e.m
-        FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_updates) = 'object'
+        SELECT v_prio, api.profile_inbox_lane(e.m, n.lanes), e.m
+        FROM (SELECT api.setting('updater.lanes', '64')::integer AS lanes) n,
+             jsonb_array_elements(CASE WHEN jsonb_typeof(p_updates) = 'object'
                                        THEN jsonb_build_array(p_updates) ELSE p_updates END)
              WITH ORDINALITY AS e(m, ord)
         ORDER BY e.ord
-        RETURNING id
+        RETURNING id, lane
     )
-    SELECT count(*)::integer, min(id), max(id) INTO accepted, first_id, last_id FROM ins;
+    SELECT count(*)::integer, min(id), max(id), array_agg(DISTINCT lane)
+    INTO accepted, first_id, last_id, v_lanes
+    FROM ins;
+    -- Wake idle workers when a lane had nothing waiting: behind waiting messages, the workers are
+    -- busy with the lane already. (A notifying commit takes a database-wide lock: notifying every
+    -- time would serialise concurrent enqueues and their WAL flushes.)
+    IF EXISTS (SELECT FROM unnest(v_lanes) AS ln(lane)
+               WHERE NOT EXISTS (SELECT FROM profile.inbox i
+                                 WHERE i.priority = v_prio AND i.lane = ln.lane AND i.id < first_id)) THEN
+        PERFORM pg_notify('silo_inbox', p_priority);
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION api.profile_enqueue(jsonb, text) IS
-    'Accepts profile update messages (an array, or one object) into profile.inbox for the asynchronous updater, stream high (default) or low; returns accepted, first_id, last_id. Updates of one _id are applied in this order. Raises SLINV for a body that is neither object nor array, or a priority other than high/low.';
+    'Accepts profile update messages (an array, or one object) into profile.inbox for the asynchronous updater, stream high (default) or low; returns accepted, first_id, last_id. Updates of one _id are applied in this order. Notifies silo_inbox (payload: the priority) when a lane it wrote to was empty. Raises SLINV for a body that is neither object nor array, or a priority other than high/low.';
 
 -- api.profile_inbox_lane_failed: internal. Records an unexpected error of a lane and sets its
 -- back-off: updater.retry_base_ms * 2^attempts, at most updater.retry_max_ms.
@@ -101,12 +139,45 @@ $$;
 COMMENT ON FUNCTION api.profile_inbox_lane_failed(smallint, integer, text, text) IS
     'Internal: records an unexpected error of an inbox lane and blocks it with exponential back-off (updater.retry_base_ms doubled per attempt, at most updater.retry_max_ms).';
 
+-- api.profile_inbox_take: internal. The oldest p_share messages of each of lanes p_lanes of
+-- stream p_priority, in id order: their ids, lanes and messages (a JSON array). It reads each lane's
+-- prefix in index order and stops there, whatever the planner's statistics say: the inbox fills
+-- and empties faster than ANALYZE follows, and with stale statistics a bitmap scan would read
+-- every waiting message of the lanes to sort them.
+-- Raises: nothing.
+CREATE FUNCTION api.profile_inbox_take(
+    p_priority smallint,
+    p_lanes integer[],
+    p_share integer,
+    OUT ids bigint[],
+    OUT lanes integer[],
+    OUT messages jsonb)
+LANGUAGE plpgsql STABLE
+SET enable_bitmapscan = off
+SET enable_seqscan = off
+AS $$
+BEGIN
+    SELECT array_agg(s.id ORDER BY s.id), array_agg(s.lane ORDER BY s.id), jsonb_agg(s.message ORDER BY s.id)
+    INTO ids, lanes, messages
+    FROM unnest(p_lanes) AS ln(lane)
+    CROSS JOIN LATERAL (
+        SELECT i.id, i.lane, i.message FROM profile.inbox i
+        WHERE i.priority = p_priority AND i.lane = ln.lane
+        ORDER BY i.priority, i.lane, i.id -- the index's order: no sort, only the prefix is read
+        LIMIT p_share) s;
+END
+$$;
+COMMENT ON FUNCTION api.profile_inbox_take(smallint, integer[], integer) IS
+    'Internal: the oldest p_share messages of each of the given lanes of a stream, in id order (ids, lanes, messages as a JSON array), read in index order.';
+
 -- api.profile_inbox_process: one step of an updater worker: claims up to updater.lanes_per_step
--- ready lanes of the stream, applies their oldest messages (at most p_max_updates, default
--- updater.batch_size) in id order and deletes them, in the caller's transaction. Returns what it
--- did: taken (messages applied and removed), ok, noop, dead_letter, operations (a JSON object:
--- count per operation), lanes claimed, failed_lanes (lanes now waiting after an unexpected error),
--- error (the first such error), apply_ms (time spent applying) and more (call again at once).
+-- ready lanes of the stream (never more lanes than p_max_updates), applies their oldest messages
+-- (at most p_max_updates, default updater.batch_size, shared evenly among the lanes) in id order
+-- and deletes them, in the caller's transaction. Returns what it did: taken (messages applied and
+-- removed), ok, noop, dead_letter, operations (a JSON object: count per operation; invalid for a
+-- message without a string _operation), lanes claimed, failed_lanes (lanes now waiting after an
+-- unexpected error), error (the first such error), apply_ms (time spent applying) and more (call
+-- again at once).
 -- Raises: SLINV for a priority other than high/low, p_max_updates below 1, or a transaction that
 -- is not READ COMMITTED.
 CREATE FUNCTION api.profile_inbox_process(
@@ -129,6 +200,7 @@ DECLARE
     v_max       integer := coalesce(p_max_updates, api.setting('updater.batch_size', '500')::integer);
     v_max_lanes integer := greatest(api.setting('updater.lanes_per_step', '8')::integer, 1);
     v_mode      text := api.setting('updater.unexpected_errors', 'retry');
+    v_share     integer;
     v_lanes     integer[];
     v_ids       bigint[];
     v_lane_of   integer[];
@@ -160,6 +232,7 @@ BEGIN
     END IF;
     taken := 0; ok := 0; noop := 0; dead_letter := 0; operations := '{}'; failed_lanes := 0;
     apply_ms := 0; more := false;
+    v_max_lanes := least(v_max_lanes, v_max); -- at least one message per claimed lane
 
     -- Ready lanes with messages, the oldest first; locked until commit.
     SELECT array_agg(c.lane) INTO v_lanes
@@ -174,17 +247,11 @@ BEGIN
     IF lanes = 0 THEN
         RETURN;
     END IF;
+    v_share := v_max / lanes;
 
-    -- Their oldest messages: a prefix of each lane (an equal share of the limit, read in index
-    -- order), in id order (a new snapshot: after the lock).
-    SELECT array_agg(s.id ORDER BY s.id), array_agg(s.lane ORDER BY s.id), jsonb_agg(s.message ORDER BY s.id)
-    INTO v_ids, v_lane_of, v_msgs
-    FROM unnest(v_lanes) AS ln(lane)
-    CROSS JOIN LATERAL (
-        SELECT i.id, i.lane, i.message FROM profile.inbox i
-        WHERE i.priority = v_prio AND i.lane = ln.lane
-        ORDER BY i.priority, i.lane, i.id -- the index's order: no sort, only the prefix is read
-        LIMIT greatest(v_max / lanes, 1)) s;
+    -- Their oldest messages: a prefix of each lane, in id order (a new snapshot: after the lock).
+    SELECT t.ids, t.lanes, t.messages INTO v_ids, v_lane_of, v_msgs
+    FROM api.profile_inbox_take(v_prio, v_lanes, v_share) t;
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
@@ -250,7 +317,8 @@ BEGIN
     SELECT coalesce(jsonb_object_agg(o.op, o.n), '{}') INTO operations
     FROM (SELECT op, count(*) AS n FROM unnest(v_ops) AS op GROUP BY op) o;
     failed_lanes := cardinality(v_failed);
-    more := cardinality(v_ids) >= greatest(v_max / lanes, 1) * lanes OR lanes >= v_max_lanes;
+    -- A full share in every lane, or as many lanes as a step takes: there may be more.
+    more := cardinality(v_ids) >= v_share * lanes OR lanes >= v_max_lanes;
 END
 $$;
 COMMENT ON FUNCTION api.profile_inbox_process(text, integer) IS
@@ -276,3 +344,156 @@ FROM (SELECT 0::smallint AS prio, 'high'::text AS name UNION ALL SELECT 1::small
 ORDER BY 1;
 COMMENT ON VIEW api.profile_updater_status IS
     'Per stream (high, low): backlog (inbox depth, the scaling signal), oldest acceptance time, blocked lanes, whether the low stream is throttled (high backlog above updater.lag_barrier), the wait per message, the check interval and the long-running warning threshold.';
+
+-- api.profile_inbox_blocked_lanes: the lanes waiting after an unexpected error (retry mode), with
+-- the message they wait at (the oldest of the lane: the one that failed).
+CREATE VIEW api.profile_inbox_blocked_lanes AS
+SELECT CASE l.priority WHEN 0 THEN 'high' ELSE 'low' END AS priority, l.lane, l.attempts, l.retry_at,
+       l.last_failed, l.last_sqlstate, l.last_error,
+       h.id AS message_id, (h.message ->> '_id')::text AS correlation_id, h.message, h.accepted,
+       (SELECT count(*) FROM profile.inbox i WHERE i.priority = l.priority AND i.lane = l.lane) AS waiting
+FROM profile.inbox_lanes l
+LEFT JOIN LATERAL (
+    SELECT i.id, i.message, i.accepted FROM profile.inbox i
+    WHERE i.priority = l.priority AND i.lane = l.lane
+    ORDER BY i.priority, i.lane, i.id
+    LIMIT 1) h ON true
+WHERE l.attempts > 0
+ORDER BY l.priority, l.lane;
+COMMENT ON VIEW api.profile_inbox_blocked_lanes IS
+    'Inbox lanes waiting after an unexpected error: priority, lane, attempts, retry_at, last error (time, SQLSTATE, message), the message the lane waits at (message_id, correlation_id, message, accepted) and how many messages wait in the lane. api.profile_inbox_dead_letter(message_id) moves that message to the dead letter table.';
+
+-- api.profile_inbox_dead_letter: moves a waiting inbox message to the dead letter table instead of
+-- applying it, for a message that blocks its lane with an error that will not go away. Waits for a
+-- step that holds the message's lane, so it never races a worker. The dead letter takes the lane's
+-- last error when the message is the one the lane waits at, else p_reason. The lane is ready again
+-- at once. Returns the dead letter's id (replay it with api.profile_dead_letter_replay).
+-- Raises: SLNFD when no message with this id waits in the inbox (applied already, or never there).
+CREATE FUNCTION api.profile_inbox_dead_letter(p_id bigint, p_reason text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_prio    smallint;
+    v_lane    integer;
+    v_head    bigint;
+    v_msg     jsonb;
+    v_blocked profile.inbox_lanes;
+BEGIN
+    SELECT i.priority, i.lane INTO v_prio, v_lane FROM profile.inbox i WHERE i.id = p_id;
+    IF FOUND THEN
+        SELECT * INTO v_blocked FROM profile.inbox_lanes l WHERE l.priority = v_prio AND l.lane = v_lane FOR UPDATE;
+        SELECT min(i.id) INTO v_head FROM profile.inbox i WHERE i.priority = v_prio AND i.lane = v_lane;
+        DELETE FROM profile.inbox i WHERE i.id = p_id RETURNING i.message INTO v_msg;
+    END IF;
+    IF v_msg IS NULL THEN
+        RAISE EXCEPTION 'no inbox message %', p_id USING ERRCODE = 'SLNFD',
+            HINT = 'It was applied already, or never accepted: see SELECT * FROM api.profile_inbox_blocked_lanes.';
+    END IF;
+    UPDATE profile.inbox_lanes l SET attempts = 0, retry_at = NULL
+    WHERE l.priority = v_prio AND l.lane = v_lane AND l.attempts > 0 AND v_head = p_id;
+    RETURN api.profile_dead_letter_add(v_msg, 'SPSKP',
+        coalesce(p_reason,
+                 CASE WHEN v_blocked.attempts > 0 AND v_head = p_id
+                      THEN format('moved out of the inbox after %s failed attempts: %s', v_blocked.attempts, v_blocked.last_error) END,
+                 'moved out of the inbox by an operator'),
+        CASE WHEN v_blocked.attempts > 0 AND v_head = p_id
+             THEN format('inbox message %s, %s lane %s, last SQLSTATE %s', p_id,
+                         CASE v_prio WHEN 0 THEN 'high' ELSE 'low' END, v_lane, v_blocked.last_sqlstate)
+             ELSE format('inbox message %s', p_id) END);
+END
+$$;
+COMMENT ON FUNCTION api.profile_inbox_dead_letter(bigint, text) IS
+    'Moves a waiting inbox message to profile.dead_letters (SQLSTATE SPSKP, reason p_reason or the lane''s last error) instead of applying it, and unblocks its lane when it was the message the lane waited at; returns the dead letter id. Waits for a step holding the lane. Raises SLNFD when the message is not in the inbox.';
+
+-- api.profile_inbox_relane: internal (called when the updater.lanes setting changes). Moves every
+-- waiting message to its lane among p_lanes lanes and makes the lane rows match. It first locks
+-- every lane (waiting for the steps in progress) and then profile.inbox against writes (waiting for
+-- the enqueues in progress), so no message is applied or accepted meanwhile, and the messages of
+-- one _id, all moved to one lane, keep their order. Retry state is reset: a failing message
+-- blocks its new lane at its next attempt.
+-- Raises: SLINV when p_lanes is not between 1 and 1024.
+CREATE FUNCTION api.profile_inbox_relane(p_lanes integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF p_lanes IS NULL OR p_lanes NOT BETWEEN 1 AND 1024 THEN
+        RAISE EXCEPTION 'updater.lanes must be between 1 and 1024' USING ERRCODE = 'SLINV',
+            DETAIL = format('got %s', coalesce(p_lanes::text, 'NULL'));
+    END IF;
+    PERFORM 1 FROM profile.inbox_lanes l ORDER BY l.priority, l.lane FOR UPDATE;
+    LOCK TABLE profile.inbox IN EXCLUSIVE MODE;
+    IF (SELECT count(*) FILTER (WHERE l.lane < p_lanes) = 2 * p_lanes AND count(*) = 2 * p_lanes
+        FROM profile.inbox_lanes l) THEN
+        RETURN;
+    END IF;
+    UPDATE profile.inbox i SET lane = api.profile_inbox_lane(i.message, p_lanes)
+    WHERE i.lane <> api.profile_inbox_lane(i.message, p_lanes);
+    DELETE FROM profile.inbox_lanes l WHERE l.lane >= p_lanes;
+    INSERT INTO profile.inbox_lanes (priority, lane)
+    SELECT p, l FROM generate_series(0, 1) AS p, generate_series(0, p_lanes - 1) AS l
+    ON CONFLICT DO NOTHING;
+    UPDATE profile.inbox_lanes l SET attempts = 0, retry_at = NULL WHERE l.attempts > 0;
+END
+$$;
+COMMENT ON FUNCTION api.profile_inbox_relane(integer) IS
+    'Internal: re-lanes the inbox for a new updater.lanes (1 to 1024): waits for steps and enqueues in progress, moves every waiting message to hashtext(_id) modulo p_lanes, adds or removes lane rows, resets retry state. Raises SLINV for a lane count out of range.';
+
+-- api.profile_updater_setting_error: internal. Why value p_value is not valid for updater setting
+-- p_key; NULL when it is (or the key is not one of the updater's).
+-- Raises: nothing.
+CREATE FUNCTION api.profile_updater_setting_error(p_key text, p_value text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN p_key = 'updater.lanes' AND NOT (p_value ~ '^\s*\d{1,4}\s*$' AND p_value::integer BETWEEN 1 AND 1024)
+            THEN 'an integer from 1 to 1024'
+        WHEN p_key IN ('updater.batch_size', 'updater.lanes_per_step', 'updater.retry_base_ms')
+             AND NOT (p_value ~ '^\s*\d{1,9}\s*$' AND p_value::integer >= 1)
+            THEN 'a positive integer'
+        WHEN p_key IN ('updater.retry_max_ms', 'updater.lag_barrier', 'updater.check_interval_ms',
+                       'updater.wait_time_ms', 'updater.long_running_ms')
+             AND p_value !~ '^\s*\d{1,9}\s*$'
+            THEN 'an integer of at least 0'
+        WHEN p_key = 'updater.throttle_enabled' AND p_value IS DISTINCT FROM 'true' AND p_value IS DISTINCT FROM 'false'
+            THEN 'true or false'
+        WHEN p_key = 'updater.unexpected_errors' AND p_value IS DISTINCT FROM 'retry' AND p_value IS DISTINCT FROM 'dead_letter'
+            THEN 'retry or dead_letter'
+    END;
+$$;
+COMMENT ON FUNCTION api.profile_updater_setting_error(text, text) IS
+    'Internal: what an updater.* setting must be when p_value is not valid for p_key; NULL when it is valid.';
+
+-- api.tg_settings__updater: internal. BEFORE INSERT, UPDATE or DELETE trigger of silo.settings:
+-- refuses an invalid value of an updater.* setting and re-lanes the inbox when updater.lanes
+-- changes (a deleted updater.lanes means the default, 64).
+-- Raises: SLINV for an invalid updater.* value.
+CREATE FUNCTION api.tg_settings__updater()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_error text;
+BEGIN
+    IF TG_OP <> 'DELETE' AND NEW.key LIKE 'updater.%' THEN
+        v_error := api.profile_updater_setting_error(NEW.key, NEW.value);
+        IF v_error IS NOT NULL THEN
+            RAISE EXCEPTION 'setting % must be %', NEW.key, v_error USING ERRCODE = 'SLINV',
+                DETAIL = format('got %s', coalesce(NEW.value, 'NULL'));
+        END IF;
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.key = 'updater.lanes' THEN
+        PERFORM api.profile_inbox_relane(NEW.value::integer);
+    ELSIF TG_OP <> 'INSERT' AND OLD.key = 'updater.lanes' THEN
+        PERFORM api.profile_inbox_relane(64);
+    END IF;
+    RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+END
+$$;
+COMMENT ON FUNCTION api.tg_settings__updater() IS
+    'Internal: BEFORE trigger of silo.settings; checks updater.* values (SLINV when invalid) and re-lanes the inbox when updater.lanes changes.';
+
+CREATE TRIGGER settings_updater BEFORE INSERT OR UPDATE OR DELETE ON silo.settings
+    FOR EACH ROW EXECUTE FUNCTION api.tg_settings__updater();

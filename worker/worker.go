@@ -31,6 +31,9 @@ type Config struct {
 	ReaperInterval time.Duration
 	// ReaperBudget is how long one reaper run goes on while grains are due (0: DefaultReaperBudget).
 	ReaperBudget time.Duration
+	// ChangeTrimInterval is how often the change log is trimmed (0: DefaultChangeTrimInterval;
+	// negative: never). The retention is the silo.settings row change_retention.
+	ChangeTrimInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -46,6 +49,9 @@ func (c *Config) defaults() {
 	if c.ReaperBudget <= 0 {
 		c.ReaperBudget = DefaultReaperBudget
 	}
+	if c.ChangeTrimInterval == 0 {
+		c.ChangeTrimInterval = DefaultChangeTrimInterval
+	}
 }
 
 // NewClient returns a River client that works Silo's queues and schedules its periodic jobs.
@@ -54,6 +60,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &DeadLetterTrimWorker{queries: db.New(pool), retention: cfg.DeadLetterRetention})
 	river.AddWorker(workers, &ReaperWorker{queries: db.New(pool), budget: cfg.ReaperBudget, logger: cfg.Logger})
+	river.AddWorker(workers, &ChangeTrimWorker{queries: db.New(pool), logger: cfg.Logger})
 
 	periodic := []*river.PeriodicJob{}
 	if cfg.DeadLetterRetention > 0 {
@@ -68,6 +75,13 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 			river.PeriodicInterval(cfg.ReaperInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return ReaperArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "profile_reap"},
+		))
+	}
+	if cfg.ChangeTrimInterval > 0 {
+		periodic = append(periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(cfg.ChangeTrimInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return ChangeTrimArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true, ID: "change_trim"},
 		))
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{

@@ -68,13 +68,19 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 			if !work || cfg.updaterWorkers == 0 {
 				registry.MustRegister(worker.NewBacklogCollector(pool)) // the updater registers it otherwise
 			}
-			handler := server.New(server.Config{Pool: pool, Logger: logger, Version: version(), Registry: registry})
+			hub := server.NewHub(server.HubConfig{Pool: pool, Logger: logger})
+			if err := hub.Start(ctx); err != nil {
+				return err
+			}
+			handler := server.New(server.Config{Pool: pool, Logger: logger, Version: version(), Registry: registry, Hub: hub})
 			stop, err := listenAndServe(cfg.addr, handler, errc)
 			if err != nil {
+				_ = hub.Stop(ctx)
 				return err
 			}
 			logger.Info("HTTP API listening", "addr", cfg.addr)
-			stops = append([]func(context.Context) error{stop}, stops...)
+			// Stop taking requests, then close the websockets (each told where to resume).
+			stops = append([]func(context.Context) error{stop, hub.Stop}, stops...)
 		}
 
 		var runErr error

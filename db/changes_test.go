@@ -1,0 +1,404 @@
+package db_test
+
+// Tests of the change log (sql/030_changes.sql): the rows the triggers write, sequencing in commit
+// order, the subscriber's filter (api.changes_since), resuming (api.change_resume) and trimming.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/silo-db/silo/db"
+	"github.com/silo-db/silo/db/dbtest"
+)
+
+// pendingChange is a row of silo.change_pending without its id and time.
+type pendingChange struct {
+	Channel, Kind string
+	Payload       string // canonical JSON
+	Readers       []string
+}
+
+func (c pendingChange) String() string {
+	return fmt.Sprintf("%s %s %s %v", c.Channel, c.Kind, c.Payload, c.Readers)
+}
+
+// takePending returns the distinct pending changes written since the last call, as
+// api.change_sequence will number them (sorted, so that the test does not depend on how many
+// statements the write path uses), and deletes them.
+func (e *applyEnv) takePending() []string {
+	e.t.Helper()
+	rows, err := e.tx.Query(e.ctx, `SELECT channel, kind, payload::text, readers FROM api.changes_pending()`)
+	require.NoError(e.t, err)
+	defer func() {
+		_, err := e.tx.Exec(e.ctx, `DELETE FROM silo.change_pending`)
+		require.NoError(e.t, err)
+	}()
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
+		var c pendingChange
+		if err := row.Scan(&c.Channel, &c.Kind, &c.Payload, &c.Readers); err != nil {
+			return "", err
+		}
+		var v any
+		if err := json.Unmarshal([]byte(c.Payload), &v); err != nil {
+			return "", err
+		}
+		b, _ := json.Marshal(v) // keys sorted
+		c.Payload = string(b)
+		return c.String(), nil
+	})
+	require.NoError(e.t, err)
+	slices.Sort(list)
+	return slices.Compact(list)
+}
+
+// profileChange is the expected pending change of a profile.
+func (e *applyEnv) profileChange(typ, name, kind, reader string, paths ...string) string {
+	b, _ := json.Marshal(map[string]any{"profile_type": typ, "correlation_id": e.id(name), "paths": paths})
+	return pendingChange{Channel: "profile:" + typ + ":" + e.id(name), Kind: kind, Payload: string(b), Readers: []string{reader}}.String()
+}
+
+func sorted(xs ...string) []string {
+	slices.Sort(xs)
+	return xs
+}
+
+func TestChangeTriggersWriteOneRowPerProfileAndReader(t *testing.T) {
+	t.Parallel()
+	e := newApplyEnv(t)
+
+	// New grains: one row per profile and reader; a reader's row holds only its paths.
+	e.batch(
+		`{"_id":"$A","_profile_type":"customer","_path":["a","b"],"_value":{"_v":"1"}}`,
+		`{"_id":"$A","_profile_type":"customer","_path":["c"],"_value":{"_v":"1"}}`,
+		`{"_id":"$A","_profile_type":"customer","_path":["s"],"_value":{"_v":"x","_reader":"secret"}}`,
+		`{"_id":"$B","_profile_type":"customer","_path":["a"],"_value":{"_v":"z","_reader":"_all"}}`)
+	require.Equal(t, sorted(
+		e.profileChange("customer", "$A", "changed", "_auth", "/a/b", "/c"),
+		e.profileChange("customer", "$A", "changed", "secret", "/s"),
+		e.profileChange("customer", "$B", "changed", "_all", "/a"),
+	), e.takePending())
+
+	// An update: the new value's path.
+	e.one(`{"_id":"$A","_profile_type":"customer","_path":["a","b"],"_value":{"_v":"2"}}`)
+	require.Equal(t, []string{e.profileChange("customer", "$A", "changed", "_auth", "/a/b")}, e.takePending())
+
+	// A new reader: the old reader learns that the grain changed (it can no longer read it), and the new one.
+	e.one(`{"_id":"$A","_profile_type":"customer","_path":["s"],"_value":{"_v":"x","_reader":"other"}}`)
+	require.Equal(t, sorted(
+		e.profileChange("customer", "$A", "changed", "other", "/s"),
+		e.profileChange("customer", "$A", "changed", "secret", "/s"),
+	), e.takePending())
+
+	// History: the archived pit and the new _latest are one path.
+	e.one(`{"_operation":"_set_with_history","_id":"$A","_profile_type":"customer","_path":["a","b"],"_value":{"_v":"3"}}`)
+	require.Equal(t, []string{e.profileChange("customer", "$A", "changed", "_auth", "/a/b")}, e.takePending())
+
+	// Metadata only.
+	e.one(`{"_operation":"_set_ttl","_id":"$A","_profile_type":"customer","_path":["c"],"_value":{"_v":"","_ttl":"P1D"}}`)
+	require.Equal(t, []string{e.profileChange("customer", "$A", "changed", "_auth", "/c")}, e.takePending())
+
+	// Deletes: kind deleted, the paths of the deleted pits.
+	e.one(`{"_operation":"_delete","_id":"$B","_profile_type":"customer","_path":["a"],"_value":{"_v":""}}`)
+	require.Equal(t, []string{e.profileChange("customer", "$B", "deleted", "_all", "/a")}, e.takePending())
+	e.one(`{"_operation":"_delete_with_history","_id":"$A","_profile_type":"customer","_path":["a","b"],"_value":{"_v":""}}`)
+	require.Equal(t, []string{e.profileChange("customer", "$A", "deleted", "_auth", "/a/b")}, e.takePending())
+
+	// A profile link is a row of profile type profile_link; an update through it reaches the target.
+	e.one(`{"_operation":"_profile_link","_id":"$C","_path":["x"],"_value":{"_v":"$A"}}`)
+	require.Equal(t, []string{e.profileChange("profile_link", "$C", "changed", "_auth", "/new")}, e.takePending())
+	e.one(`{"_id":"$C","_profile_type":"customer","_path":["l"],"_value":{"_v":"via link"}}`)
+	require.Equal(t, []string{e.profileChange("customer", "$A", "changed", "_auth", "/l")}, e.takePending())
+
+	// A no-op writes nothing.
+	e.one(`{"_operation":"_set_if_not_exist","_id":"$A","_profile_type":"customer","_path":["l"],"_value":{"_v":"other"}}`)
+	require.Empty(t, e.takePending())
+
+	// A dead letter: channel dead-letters, for admins only, without the message.
+	r := e.one(`{"_id":"$A","_path":["x"],"_value":{"_v":null}}`)
+	require.Equal(t, "dead_letter", r.Status)
+	require.NotNil(t, r.DeadLetterID)
+	b, _ := json.Marshal(map[string]any{"id": *r.DeadLetterID, "correlation_id": e.id("$A"), "profile_type": "_d",
+		"operation": "_set", "sqlstate": "SPVAL", "reason": "_v can not be null"})
+	require.Equal(t, []string{pendingChange{Channel: "dead-letters", Kind: "dead_letter", Payload: string(b), Readers: []string{}}.String()},
+		e.takePending())
+}
+
+// The reaper marking a grain notified changes only notify_at: that is no change of the profile
+// (the reaper's own channel carries it); a TTL deletion is.
+func TestChangeTriggersIgnoreNotifyAtAndSeeReaperDeletes(t *testing.T) {
+	t.Parallel()
+	e := newApplyEnv(t)
+	e.batch(gm("_set", "n", `"x"`, in(reapBase), `"_ttn":"PT1S"`),
+		gm("_set", "d", `"x"`, in(reapBase), `"_ttl":"PT1S"`, `"_reader":"r1"`))
+	e.takePending()
+	e.reap(nil)
+	var kinds []string
+	for _, c := range e.takePending() {
+		if strings.HasPrefix(c, "reaper ") {
+			kinds = append(kinds, strings.Fields(c)[1])
+			continue
+		}
+		require.Equal(t, e.profileChange("_d", "$A", "deleted", "r1", "/d"), c)
+	}
+	slices.Sort(kinds)
+	require.Equal(t, []string{"ttl", "ttn"}, kinds)
+}
+
+// addChanges inserts changes into the log directly: channel, kind and readers per row, ids from
+// first on.
+func addChanges(t *testing.T, tx pgx.Tx, first int64, rows ...[]string) {
+	t.Helper()
+	for i, r := range rows {
+		_, err := tx.Exec(context.Background(), `INSERT INTO silo.changes (id, channel, kind, payload, readers, created)
+			VALUES ($1, $2, $3, '{}', $4, now())`, first+int64(i), r[0], r[1], r[2:])
+		require.NoError(t, err)
+	}
+}
+
+func TestChangesSinceFiltersByChannelAndReaders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tx := dbtest.Tx(t)
+	// Other tests of this package share the database: keep to ids of our own.
+	var base int64
+	require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) + 1000000 FROM silo.changes`).Scan(&base))
+	addChanges(t, tx, base+1,
+		[]string{"profile:customer:1", "changed", "_auth"},
+		[]string{"profile:customer:1", "changed", "vip"},
+		[]string{"profile:customer:2", "changed", "_all"},
+		[]string{"profile:contract:1", "changed", "_all"},
+		[]string{"dead-letters", "dead_letter"},
+		[]string{"profile:cust_x:1", "changed", "_all"},
+		[]string{"profile:custAx:1", "changed", "_all"},
+		[]string{"a*b", "changed", "_all"},
+	)
+	q := db.New(tx)
+	since := func(after int64, channels []string, readers []string, admin bool) []int64 {
+		t.Helper()
+		rows, err := q.ChangesSince(ctx, db.ChangesSinceParams{After: after, Channels: channels, Readers: readers,
+			IsAdmin: admin, MaxChanges: 100})
+		require.NoError(t, err)
+		ids := []int64{}
+		for _, r := range rows {
+			ids = append(ids, r.ID-base)
+		}
+		return ids
+	}
+	anon, auth, vip := []string{"_all"}, []string{"_all", "_auth"}, []string{"_all", "_auth", "vip"}
+	require.Equal(t, []int64{1, 3}, since(base, []string{"profile:customer:*"}, auth, false))
+	require.Equal(t, []int64{1, 2, 3}, since(base, []string{"profile:customer:*"}, vip, false))
+	require.Equal(t, []int64{3}, since(base, []string{"profile:customer:*"}, anon, false))
+	require.Equal(t, []int64{2}, since(base+1, []string{"profile:customer:1"}, vip, false))
+	require.Equal(t, []int64{3, 4, 6, 7}, since(base, []string{"profile:*", "dead-letters"}, anon, false))
+	require.Equal(t, []int64{8}, since(base, []string{"a*"}, anon, false))
+	require.Equal(t, []int64{1, 2, 3, 4, 5, 6, 7, 8}, since(base, []string{"*"}, nil, true))
+	require.Equal(t, []int64{5}, since(base, []string{"dead-letters"}, nil, true))
+	require.Equal(t, []int64{}, since(base, []string{"dead-letters"}, vip, false))
+	// LIKE's wildcards in a prefix are plain characters.
+	require.Equal(t, []int64{6}, since(base, []string{"profile:cust_x:*"}, anon, false))
+	require.Equal(t, []int64{}, since(base, []string{}, anon, true))
+
+	for _, bad := range [][]string{{""}, {"a*b"}, {"*a"}, {strings.Repeat("x", 1001)}} {
+		err := dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
+			_, err := db.New(tx).ChangesSince(ctx, db.ChangesSinceParams{After: 0, Channels: bad, Readers: anon, MaxChanges: 10})
+			return err
+		})
+		requireSQLState(t, err, "SLINV")
+	}
+	err := dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
+		_, err := db.New(tx).ChangesSince(ctx, db.ChangesSinceParams{After: 0, Channels: []string{"x"}, Readers: anon, MaxChanges: 0})
+		return err
+	})
+	requireSQLState(t, err, "SLINV")
+	err = dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
+		_, err := db.New(tx).ChangesAfter(ctx, db.ChangesAfterParams{After: 0, MaxChanges: 10001})
+		return err
+	})
+	requireSQLState(t, err, "SLINV")
+
+	after, err := q.ChangesAfter(ctx, db.ChangesAfterParams{After: base + 6, MaxChanges: 10})
+	require.NoError(t, err)
+	require.Len(t, after, 2)
+	require.Equal(t, "profile:custAx:1", after[0].Channel)
+}
+
+// Trimming moves the horizon; resuming from before it is reported (expired), from beyond the log
+// too (ahead); api.changes_since refuses to replay across the horizon.
+func TestChangeTrimAndResume(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t) // commits: the trim and the sequence must not be seen by other tests
+	q := db.New(pool)
+	_, err := pool.Exec(ctx, `SELECT api.profile_apply_batch($1)`, `[
+		{"_id":"t1","_path":["a"],"_value":{"_v":"1"}}, {"_id":"t2","_path":["a"],"_value":{"_v":"1"}},
+		{"_id":"t3","_path":["a"],"_value":{"_v":"1"}}, {"_id":"t4","_path":["a"],"_value":{"_v":"1"}}]`)
+	require.NoError(t, err)
+	last, err := q.ChangeSequence(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), last)
+	st, err := q.ChangeStatus(ctx)
+	require.NoError(t, err)
+	require.Equal(t, db.ChangeStatusRow{LastID: 4, OldestID: 1, TrimmedThrough: 0, Pending: 0, Retention: "24 hours"}, st)
+
+	resume := func(after int64) db.ChangeResumeRow {
+		r, err := q.ChangeResume(ctx, after)
+		require.NoError(t, err)
+		return r
+	}
+	require.Equal(t, db.ChangeResumeRow{Status: "ok", ResumeAfter: 0, TrimmedThrough: 0, LastID: 4}, resume(0))
+	require.Equal(t, db.ChangeResumeRow{Status: "ahead", ResumeAfter: 4, TrimmedThrough: 0, LastID: 4}, resume(5))
+
+	// Nothing is old enough; then the first two are.
+	n, err := q.ChangeTrim(ctx, pgtype.Interval{})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	_, err = pool.Exec(ctx, `UPDATE silo.changes SET sequenced = now() - interval '2 hours' WHERE id <= 2`)
+	require.NoError(t, err)
+	// A pending change nobody sequenced, older than the retention.
+	_, err = pool.Exec(ctx, `INSERT INTO silo.change_pending (channel, kind, created) VALUES ('x', 'y', now() - interval '2 hours')`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE silo.settings SET value = '1 hour' WHERE key = 'change_retention'`)
+	require.NoError(t, err)
+	n, err = q.ChangeTrim(ctx, pgtype.Interval{})
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n)
+
+	st, err = q.ChangeStatus(ctx)
+	require.NoError(t, err)
+	require.Equal(t, db.ChangeStatusRow{LastID: 4, OldestID: 3, TrimmedThrough: 2, Pending: 0, Retention: "1 hour"}, st)
+	require.Equal(t, db.ChangeResumeRow{Status: "expired", ResumeAfter: 2, TrimmedThrough: 2, LastID: 4}, resume(1))
+	require.Equal(t, db.ChangeResumeRow{Status: "ok", ResumeAfter: 2, TrimmedThrough: 2, LastID: 4}, resume(2))
+
+	_, err = q.ChangesSince(ctx, db.ChangesSinceParams{After: 1, Channels: []string{"profile:*"}, IsAdmin: true, MaxChanges: 10})
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "SCEXP", pgErr.Code)
+	rows, err := q.ChangesSince(ctx, db.ChangesSinceParams{After: 2, Channels: []string{"profile:*"}, IsAdmin: true, MaxChanges: 10})
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+
+	// Everything trimmed: the log still knows where it ends.
+	n, err = q.ChangeTrim(ctx, pgtype.Interval{Valid: true})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+	st, err = q.ChangeStatus(ctx)
+	require.NoError(t, err)
+	require.Equal(t, db.ChangeStatusRow{LastID: 4, OldestID: 0, TrimmedThrough: 4, Pending: 0, Retention: "1 hour"}, st)
+
+	for _, bad := range []string{"'-1 hour'", "'soon'"} {
+		_, err = pool.Exec(ctx, `UPDATE silo.settings SET value = `+bad+` WHERE key = 'change_retention'`)
+		require.NoError(t, err)
+		_, err = q.ChangeTrim(ctx, pgtype.Interval{})
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "SLINV", pgErr.Code)
+	}
+}
+
+// Ids follow commit order, not the order in which transactions wrote: a transaction that wrote
+// first and commits last gets the higher id. The sequencer announces the highest id on
+// silo_changes; writers announce on silo_change_pending once per transaction.
+func TestChangeSequenceFollowsCommitOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	q := db.New(pool)
+
+	listener, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(ctx, `LISTEN silo_change_pending`)
+	require.NoError(t, err)
+	_, err = listener.Exec(ctx, `LISTEN silo_changes`)
+	require.NoError(t, err)
+	next := func() (string, string) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := listener.Conn().WaitForNotification(wctx)
+		require.NoError(t, err)
+		return n.Channel, n.Payload
+	}
+
+	write := func(tx pgx.Tx, id string) {
+		t.Helper()
+		_, err := tx.Exec(ctx, `SELECT api.profile_apply_batch($1)`,
+			fmt.Sprintf(`[{"_id":%q,"_path":["a"],"_value":{"_v":"1"}},{"_id":%q,"_path":["b"],"_value":{"_v":"1","_reader":"r"}}]`, id, id))
+		require.NoError(t, err)
+	}
+	first, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer first.Rollback(ctx)
+	write(first, "first")
+	second, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer second.Rollback(ctx)
+	write(second, "second")
+
+	// Nothing committed: nothing to number.
+	last, err := q.ChangeSequence(ctx)
+	require.NoError(t, err)
+	require.Zero(t, last)
+
+	require.NoError(t, second.Commit(ctx))
+	ch, payload := next()
+	require.Equal(t, "silo_change_pending", ch)
+	require.Equal(t, "", payload)
+	last, err = q.ChangeSequence(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), last)
+	ch, payload = next()
+	require.Equal(t, []string{"silo_changes", "2"}, []string{ch, payload})
+
+	require.NoError(t, first.Commit(ctx))
+	ch, _ = next()
+	require.Equal(t, "silo_change_pending", ch)
+	last, err = q.ChangeSequence(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), last)
+	ch, payload = next()
+	require.Equal(t, []string{"silo_changes", "4"}, []string{ch, payload})
+
+	rows, err := pool.Query(ctx, `SELECT id::text || ' ' || channel || ' ' || array_to_string(readers, ',')
+		FROM silo.changes ORDER BY id`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		"1 profile:_d:second _auth", "2 profile:_d:second r",
+		"3 profile:_d:first _auth", "4 profile:_d:first r",
+	}, got)
+
+	// A writer with silo.change_notify off does not notify.
+	quiet, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer quiet.Rollback(ctx)
+	_, err = quiet.Exec(ctx, `SET LOCAL silo.change_notify = off`)
+	require.NoError(t, err)
+	write(quiet, "quiet")
+	require.NoError(t, quiet.Commit(ctx))
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = listener.Conn().WaitForNotification(wctx)
+	require.Error(t, err, "a writer notified with silo.change_notify off")
+	_, err = pool.Exec(ctx, `DELETE FROM silo.change_pending`)
+	require.NoError(t, err)
+
+	// Nothing pending: the highest id, no notification.
+	last, err = q.ChangeSequence(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), last)
+	wctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = listener.Conn().WaitForNotification(wctx)
+	require.Error(t, err)
+}

@@ -1,0 +1,32 @@
+-- Change notifications (sql/030_changes.sql).
+
+-- name: ChangeSequence :one
+-- Moves committed pending changes into the change log; returns the highest change id.
+SELECT api.change_sequence()::bigint AS last_id;
+
+-- name: ChangesAfter :many
+-- Every change after an id, oldest first, unfiltered (the hub's feed).
+SELECT c.*
+FROM api.changes_after(sqlc.arg(after)::bigint, sqlc.arg(max_changes)::integer) c;
+
+-- name: ChangesSince :many
+-- The changes after an id that a subscriber receives: its channels, its readers (or admin).
+SELECT c.*
+FROM api.changes_since(sqlc.arg(after)::bigint, sqlc.arg(channels)::text[], sqlc.arg(readers)::text[],
+                       sqlc.arg(is_admin)::boolean, sqlc.arg(max_changes)::integer) c;
+
+-- name: ChangeResume :one
+-- Where a subscriber that last saw an id goes on from: ok, expired or ahead.
+SELECT r.status::text AS status, r.resume_after::bigint AS resume_after,
+       r.trimmed_through::bigint AS trimmed_through, r.last_id::bigint AS last_id
+FROM api.change_resume(sqlc.arg(after)::bigint) r;
+
+-- name: ChangeStatus :one
+-- The state of the change log.
+SELECT s.last_id::bigint AS last_id, coalesce(s.oldest_id, 0)::bigint AS oldest_id,
+       s.trimmed_through::bigint AS trimmed_through, s.pending::bigint AS pending, s.retention::text AS retention
+FROM api.change_status() s;
+
+-- name: ChangeTrim :one
+-- Deletes changes older than the retention; NULL takes silo.settings change_retention.
+SELECT api.change_trim(sqlc.narg(retention)::interval)::bigint AS deleted;
