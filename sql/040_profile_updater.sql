@@ -14,8 +14,8 @@
 --   correlation id are applied in the order they were accepted within their stream; a crash or a
 --   lost connection leaves the messages in the inbox (nothing lost, nothing applied twice).
 -- * Acceptance order is commit order: a request that was answered before another was sent has the
---   smaller ids, and a worker sees committed messages only. Requests in flight at the same time
---   have no order between them.
+--   smaller ids (the identity is not cached per session), and a worker sees committed messages
+--   only. Requests in flight at the same time have no order between them.
 -- * Order is per _id as given. An update for a linked _id is applied to the link's target like any
 --   other update; updates sent under two linked ids are ordered per id, not across them (as with
 --   a topic keyed by _id).
