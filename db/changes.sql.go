@@ -11,6 +11,16 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const changeAnnounce = `-- name: ChangeAnnounce :exec
+SELECT api.change_announce($1::bigint)
+`
+
+// Notifies silo_changes with the highest change id (asynchronous commit).
+func (q *Queries) ChangeAnnounce(ctx context.Context, lastID int64) error {
+	_, err := q.db.Exec(ctx, changeAnnounce, lastID)
+	return err
+}
+
 const changeResume = `-- name: ChangeResume :one
 SELECT r.status::text AS status, r.resume_after::bigint AS resume_after,
        r.trimmed_through::bigint AS trimmed_through, r.last_id::bigint AS last_id
@@ -39,13 +49,14 @@ func (q *Queries) ChangeResume(ctx context.Context, after int64) (ChangeResumeRo
 
 const changeSequence = `-- name: ChangeSequence :one
 
-SELECT api.change_sequence()::bigint AS last_id
+SELECT api.change_sequence($1::boolean)::bigint AS last_id
 `
 
 // Change notifications (sql/030_changes.sql).
-// Moves committed pending changes into the change log; returns the highest change id.
-func (q *Queries) ChangeSequence(ctx context.Context) (int64, error) {
-	row := q.db.QueryRow(ctx, changeSequence)
+// Moves committed pending changes into the change log; returns the highest change id. notify
+// false: the caller announces with ChangeAnnounce.
+func (q *Queries) ChangeSequence(ctx context.Context, notify bool) (int64, error) {
+	row := q.db.QueryRow(ctx, changeSequence, notify)
 	var last_id int64
 	err := row.Scan(&last_id)
 	return last_id, err

@@ -243,7 +243,7 @@ func TestChangeTrimAndResume(t *testing.T) {
 		{"_id":"t1","_path":["a"],"_value":{"_v":"1"}}, {"_id":"t2","_path":["a"],"_value":{"_v":"1"}},
 		{"_id":"t3","_path":["a"],"_value":{"_v":"1"}}, {"_id":"t4","_path":["a"],"_value":{"_v":"1"}}]`)
 	require.NoError(t, err)
-	last, err := q.ChangeSequence(ctx)
+	last, err := q.ChangeSequence(ctx, true)
 	require.NoError(t, err)
 	require.Equal(t, int64(4), last)
 	st, err := q.ChangeStatus(ctx)
@@ -345,7 +345,7 @@ func TestChangeSequenceFollowsCommitOrder(t *testing.T) {
 	write(second, "second")
 
 	// Nothing committed: nothing to number.
-	last, err := q.ChangeSequence(ctx)
+	last, err := q.ChangeSequence(ctx, true)
 	require.NoError(t, err)
 	require.Zero(t, last)
 
@@ -353,7 +353,7 @@ func TestChangeSequenceFollowsCommitOrder(t *testing.T) {
 	ch, payload := next()
 	require.Equal(t, "silo_change_pending", ch)
 	require.Equal(t, "", payload)
-	last, err = q.ChangeSequence(ctx)
+	last, err = q.ChangeSequence(ctx, true)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), last)
 	ch, payload = next()
@@ -362,7 +362,7 @@ func TestChangeSequenceFollowsCommitOrder(t *testing.T) {
 	require.NoError(t, first.Commit(ctx))
 	ch, _ = next()
 	require.Equal(t, "silo_change_pending", ch)
-	last, err = q.ChangeSequence(ctx)
+	last, err = q.ChangeSequence(ctx, true)
 	require.NoError(t, err)
 	require.Equal(t, int64(4), last)
 	ch, payload = next()
@@ -394,11 +394,29 @@ func TestChangeSequenceFollowsCommitOrder(t *testing.T) {
 	require.NoError(t, err)
 
 	// Nothing pending: the highest id, no notification.
-	last, err = q.ChangeSequence(ctx)
+	last, err = q.ChangeSequence(ctx, true)
 	require.NoError(t, err)
 	require.Equal(t, int64(4), last)
 	wctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	_, err = listener.Conn().WaitForNotification(wctx)
 	require.Error(t, err)
+
+	// As Silo processes sequence: no notification in the run, a separate announcement.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	write(tx, "third")
+	require.NoError(t, tx.Commit(ctx))
+	ch, _ = next()
+	require.Equal(t, "silo_change_pending", ch)
+	last, err = q.ChangeSequence(ctx, false)
+	require.NoError(t, err)
+	require.Equal(t, int64(6), last)
+	wctx2, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	_, err = listener.Conn().WaitForNotification(wctx2)
+	require.Error(t, err, "change_sequence(false) notified")
+	require.NoError(t, q.ChangeAnnounce(ctx, last))
+	ch, payload = next()
+	require.Equal(t, []string{"silo_changes", "6"}, []string{ch, payload})
 }

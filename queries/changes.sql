@@ -1,8 +1,13 @@
 -- Change notifications (sql/030_changes.sql).
 
 -- name: ChangeSequence :one
--- Moves committed pending changes into the change log; returns the highest change id.
-SELECT api.change_sequence()::bigint AS last_id;
+-- Moves committed pending changes into the change log; returns the highest change id. notify
+-- false: the caller announces with ChangeAnnounce.
+SELECT api.change_sequence(sqlc.arg(notify)::boolean)::bigint AS last_id;
+
+-- name: ChangeAnnounce :exec
+-- Notifies silo_changes with the highest change id (asynchronous commit).
+SELECT api.change_announce(sqlc.arg(last_id)::bigint);
 
 -- name: ChangesAfter :many
 -- Every change after an id, oldest first, unfiltered (the hub's feed).

@@ -350,8 +350,15 @@ func (h *Hub) sequenceLoop() {
 			return
 		case <-h.sequenceSignal:
 		}
+		known := h.notified.Load()
 		ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
-		last, err := h.q.ChangeSequence(ctx)
+		last, err := h.q.ChangeSequence(ctx, false)
+		if err == nil && last > known {
+			// This run moved changes: tell every process, outside the run's transaction.
+			if aerr := h.q.ChangeAnnounce(ctx, last); aerr != nil && h.ctx.Err() == nil {
+				h.log.Warn("error announcing changes", "err", aerr)
+			}
+		}
 		cancel()
 		if err != nil {
 			if h.ctx.Err() == nil {
@@ -386,6 +393,9 @@ func (h *Hub) fetchLoop() {
 				}
 				break
 			}
+			if len(rows) > 0 && rows[0].ID > h.LastID()+1 && !h.checkGap(rows[0].ID) {
+				break
+			}
 			if len(rows) > 0 {
 				h.fanout(rows)
 			}
@@ -394,6 +404,35 @@ func (h *Hub) fetchLoop() {
 			}
 		}
 	}
+}
+
+// checkGap is called when the next change read is not the one after the last fanned out. Ids are
+// skipped when a sequencer run fails, which is harmless; but when the log was trimmed past the
+// hub's position (it could not read for longer than the retention), changes are gone that clients
+// expected: every client is disconnected (4002) and, resuming, is told what it missed. It returns
+// false when the gap could not be checked (read again later).
+func (h *Hub) checkGap(next int64) bool {
+	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
+	defer cancel()
+	r, err := h.q.ChangeResume(ctx, h.LastID())
+	if err != nil {
+		if h.ctx.Err() == nil {
+			h.log.Warn("error checking a gap in the change log", "err", err)
+		}
+		return false
+	}
+	if r.Status != "expired" {
+		return true
+	}
+	h.log.Warn("the change log was trimmed past this process's position: disconnecting every websocket client",
+		"position", h.LastID(), "trimmed_through", r.TrimmedThrough, "next", next)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.clients {
+		h.removeLocked(c)
+		c.kick(closeBehind, "server behind")
+	}
+	return true
 }
 
 // message is one change as the hub hands it to clients: its coordinates for filtering and its
@@ -489,7 +528,7 @@ func (h *Hub) push(c *client, m *message) {
 	if !c.queue.push(m) {
 		h.mSlow.Inc()
 		h.removeLocked(c)
-		c.markSlow()
+		c.kick(closeSlow, "too slow")
 	}
 }
 

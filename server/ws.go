@@ -50,8 +50,9 @@ import (
 
 // Close codes and reasons.
 const (
-	closeSlow = 4000 // the client's queue overflowed: "too slow: resume with after=N"
-	closeAuth = 4001 // the token was revoked: "access token no longer valid"
+	closeSlow   = 4000 // the client's queue overflowed: "too slow: resume with after=N"
+	closeAuth   = 4001 // the token was revoked: "access token no longer valid"
+	closeBehind = 4002 // the process fell behind the change log's retention: "server behind: resume with after=N"
 )
 
 var upgrader = websocket.Upgrader{
@@ -81,8 +82,10 @@ type client struct {
 	readerL  []string
 	isAdmin  bool
 	queue    *clientQueue
-	slow     chan struct{}
-	slowOnce sync.Once
+	kicked   chan struct{} // closed when the hub ends the connection: kickCode, kickWhy say why
+	kickOnce sync.Once
+	kickCode int
+	kickWhy  string
 
 	// Guarded by hub.mu.
 	lastPushed  int64
@@ -90,7 +93,13 @@ type client struct {
 	hubPatterns map[string]struct{}
 }
 
-func (c *client) markSlow() { c.slowOnce.Do(func() { close(c.slow) }) }
+// kick tells the writer to close the connection with code and a reason naming the resume id.
+func (c *client) kick(code int, why string) {
+	c.kickOnce.Do(func() {
+		c.kickCode, c.kickWhy = code, why
+		close(c.kicked)
+	})
+}
 
 // ws upgrades GET /ws after authenticating the token.
 func (s *server) ws(w http.ResponseWriter, r *http.Request) {
@@ -214,7 +223,7 @@ type outItem struct {
 // serve runs a connection until it ends. It returns after the connection is closed.
 func (h *Hub) serve(conn *websocket.Conn, id db.TokenAuthenticateRow, opts wsOptions, reauth func(context.Context) error) {
 	c := &client{hub: h, conn: conn, readers: map[string]struct{}{}, readerL: id.Readers, isAdmin: id.IsAdmin,
-		queue: newClientQueue(h.cfg.ClientBuffer), slow: make(chan struct{}), hubPatterns: map[string]struct{}{}}
+		queue: newClientQueue(h.cfg.ClientBuffer), kicked: make(chan struct{}), hubPatterns: map[string]struct{}{}}
 	for _, r := range id.Readers {
 		c.readers[r] = struct{}{}
 	}
@@ -299,15 +308,15 @@ func (s *session) run(opts wsOptions) (int, string) {
 	for {
 		// A full queue ends the connection before anything else is written.
 		select {
-		case <-s.c.slow:
-			return closeSlow, s.resumeReason("too slow")
+		case <-s.c.kicked:
+			return s.c.kickCode, s.resumeReason(s.c.kickWhy)
 		default:
 		}
 		select {
 		case <-h.ctx.Done():
 			return websocket.CloseGoingAway, s.resumeReason("server shutting down")
-		case <-s.c.slow:
-			return closeSlow, s.resumeReason("too slow")
+		case <-s.c.kicked:
+			return s.c.kickCode, s.resumeReason(s.c.kickWhy)
 		case <-s.readerDone:
 			return 0, ""
 		case m := <-s.ctrl:

@@ -398,7 +398,7 @@ func TestWSReportsAnExpiredResume(t *testing.T) {
 	b.apply(t, `[{"_id":"1","_profile_type":"exp","_path":["a"],"_value":{"_v":"1"}},
 		{"_id":"2","_profile_type":"exp","_path":["a"],"_value":{"_v":"1"}},
 		{"_id":"3","_profile_type":"exp","_path":["a"],"_value":{"_v":"1"}}]`)
-	last, err := db.New(b.pool).ChangeSequence(ctx)
+	last, err := db.New(b.pool).ChangeSequence(ctx, true)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), last)
 	_, err = b.pool.Exec(ctx, `UPDATE silo.changes SET sequenced = now() - interval '2 days' WHERE id <= 2`)
@@ -696,4 +696,36 @@ func TestWSWithoutWriterNotifications(t *testing.T) {
 		require.NoError(t, tx.Commit(ctx))
 		require.Equal(t, fmt.Sprintf("profile:quiet:q%d", i), c.nextType("change").Channel)
 	}
+}
+
+// When the log was trimmed past what the hub has fanned out (it could not read for longer than the
+// retention), every client is disconnected and, resuming, told what it missed.
+func TestWSHubBehindTheRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupWS(t, server.HubConfig{}, false)
+	c := b.dial(t, "?channels=profile:gap:*", bearer(b.reader))
+	position := c.nextType("ready").Position
+	c.nextType("subscribed")
+	// Changes the hub never saw, already trimmed, and one after them.
+	for _, q := range []string{
+		`INSERT INTO silo.changes (id, channel, kind, payload, readers, created) VALUES ($1 + 10, 'profile:gap:x', 'changed', '{}', '{_all}', now())`,
+		`UPDATE silo.change_horizon SET trimmed_through = $1 + 5`,
+		`SELECT setval('silo.change_id_seq', $1 + 10)`,
+		`SELECT pg_notify('silo_changes', ($1 + 10)::text)`,
+	} {
+		_, err := b.pool.Exec(ctx, q, position)
+		require.NoError(t, err)
+	}
+	_, _, err := c.conn.ReadMessage()
+	var closeErr *websocket.CloseError
+	require.ErrorAs(t, err, &closeErr)
+	require.Equal(t, 4002, closeErr.Code)
+	require.Equal(t, fmt.Sprintf("server behind: resume with after=%d", position), closeErr.Text)
+
+	c = b.dial(t, fmt.Sprintf("?channels=profile:gap:*&after=%d", position), bearer(b.reader))
+	m := c.nextType("expired")
+	require.Equal(t, []any{position, position + 5, "expired"}, []any{m.After, m.ResumeAfter, m.Cause})
+	c.nextType("ready")
+	require.Equal(t, position+10, c.nextType("change").ID)
 }

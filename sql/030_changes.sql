@@ -1,7 +1,7 @@
 -- Change notifications: the change log behind the websocket hub (server/hub.go, GET /ws).
 --
--- Public functions: api.change_sequence, api.changes_after, api.changes_since, api.change_resume,
--- api.change_status, api.change_trim, api.changes_pending. The trigger functions and
+-- Public functions: api.change_sequence, api.change_announce, api.changes_after, api.changes_since,
+-- api.change_resume, api.change_status, api.change_trim, api.changes_pending. The trigger functions and
 -- api.change_expand are internal.
 --
 -- How a change travels:
@@ -13,8 +13,8 @@
 -- 2. api.change_sequence, called by every Silo process that serves websockets when it hears
 --    silo_change_pending (and once a second as a safety net), moves the committed pending rows into
 --    silo.changes under an advisory lock and numbers them from silo.change_id_seq: the order of
---    silo.changes.id is the order in which changes became visible. It notifies 'silo_changes' with
---    the highest id.
+--    silo.changes.id is the order in which changes became visible. The highest id is notified on
+--    'silo_changes' (by the process, api.change_announce, right after the run).
 -- 3. Each process reads the new rows once (api.changes_after) and fans them out in memory to its
 --    websocket subscribers. A subscriber that (re)connects with the last id it saw first receives
 --    every later change from the log (api.changes_since), then live ones.
@@ -260,8 +260,12 @@ CREATE TRIGGER change_pending_notify AFTER INSERT ON silo.change_pending
 -- told of them, and a subscriber resuming from such an id would miss changes.
 -- Called by every Silo process that serves websockets (on silo_change_pending and once a second),
 -- and from psql at will (SELECT api.change_sequence();).
--- Raises: nothing. Notifies: silo_changes with the highest id, when it moved rows.
-CREATE FUNCTION api.change_sequence()
+-- p_notify false: no notification; the caller notifies with api.change_announce in a transaction
+-- of its own, so that the notification lock PostgreSQL takes at commit (which serializes the
+-- commits of every notifying transaction) is not held through this run's WAL flush. Silo
+-- processes do that.
+-- Raises: nothing. Notifies: silo_changes with the highest id, when it moved rows and p_notify.
+CREATE FUNCTION api.change_sequence(p_notify boolean DEFAULT true)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -289,12 +293,30 @@ BEGIN
         RETURN v_last;
     END IF;
     PERFORM setval('silo.change_id_seq', v_last + v_n);
-    PERFORM pg_notify('silo_changes', (v_last + v_n)::text);
+    IF coalesce(p_notify, true) THEN
+        PERFORM pg_notify('silo_changes', (v_last + v_n)::text);
+    END IF;
     RETURN v_last + v_n;
 END
 $$;
-COMMENT ON FUNCTION api.change_sequence() IS
-    'Moves committed pending changes (silo.change_pending) into the change log silo.changes, numbered in commit order, one run at a time; notifies silo_changes with the highest id and returns it (0: no change yet). Commits synchronously so that ids are never reused after a crash.';
+COMMENT ON FUNCTION api.change_sequence(boolean) IS
+    'Moves committed pending changes (silo.change_pending) into the change log silo.changes, numbered in commit order, one run at a time; returns the highest id (0: no change yet) and, unless p_notify is false, notifies silo_changes with it. Commits synchronously so that ids are never reused after a crash.';
+
+-- api.change_announce: notifies silo_changes with p_last_id, in a transaction that commits
+-- asynchronously (a lost notification costs at most a poll interval: every process also reads the
+-- log once a second). Silo processes call it after api.change_sequence(false) moved changes.
+-- Raises: nothing. Notifies: silo_changes.
+CREATE FUNCTION api.change_announce(p_last_id bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM pg_notify('silo_changes', p_last_id::text);
+END
+$$;
+COMMENT ON FUNCTION api.change_announce(bigint) IS
+    'Notifies silo_changes with p_last_id (the highest change id), committing asynchronously: what Silo processes call after api.change_sequence(false).';
 
 -- api.changes_after: every change after id p_after, oldest first, at most p_limit (1..10000),
 -- unfiltered. What each Silo process reads after a silo_changes notification to fan changes out to
