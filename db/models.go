@@ -273,7 +273,7 @@ type SiloChangeHorizon struct {
 // Changes committed (or about to be) and not yet numbered: api.change_sequence moves them into silo.changes in commit order. Written in the transaction of each change.
 type SiloChangePending struct {
 	PendingID int64 `json:"pendingId"`
-	// Channel of the change, e.g. profile:customer:0815, dead-letters, reaper.
+	// Channel of the change, e.g. profile:customer:0815, dead-letters, reaper. profile:* marks the changes of one statement on profile.profilestore in compact form (aligned arrays in payload), which api.change_sequence expands into one change per profile and reader; api.changes_pending() shows them expanded.
 	Channel string `json:"channel"`
 	// What happened, e.g. changed, deleted, dead_letter, ttl, ttn.
 	Kind string `json:"kind"`

@@ -17,7 +17,7 @@ CREATE TABLE silo.change_pending (
     created     timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE silo.change_pending IS 'Changes committed (or about to be) and not yet numbered: api.change_sequence moves them into silo.changes in commit order. Written in the transaction of each change.';
-COMMENT ON COLUMN silo.change_pending.channel IS 'Channel of the change, e.g. profile:customer:0815, dead-letters, reaper.';
+COMMENT ON COLUMN silo.change_pending.channel IS 'Channel of the change, e.g. profile:customer:0815, dead-letters, reaper. profile:* marks the changes of one statement on profile.profilestore in compact form (aligned arrays in payload), which api.change_sequence expands into one change per profile and reader; api.changes_pending() shows them expanded.';
 COMMENT ON COLUMN silo.change_pending.kind IS 'What happened, e.g. changed, deleted, dead_letter, ttl, ttn.';
 COMMENT ON COLUMN silo.change_pending.payload IS 'The minimum a subscriber needs to act (ids, paths, metadata), never grain values.';
 COMMENT ON COLUMN silo.change_pending.readers IS 'Who may see the change: subscribers whose readers (_all, _auth, roles) overlap it; admins see every change; empty means admins only.';
