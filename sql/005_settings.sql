@@ -11,3 +11,29 @@ AS $$
 $$;
 COMMENT ON FUNCTION api.setting(text, text) IS
     'The value of silo.settings key p_key, or p_default when there is no such row.';
+
+-- api.setting_interval: setting p_key as an interval (p_default when the row is missing); for
+-- retention settings, which may not be negative.
+-- Raises: SLINV when the value is not an interval or is negative.
+CREATE FUNCTION api.setting_interval(p_key text, p_default text)
+RETURNS interval
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_value text := api.setting(p_key, p_default);
+    v_interval interval;
+BEGIN
+    BEGIN
+        v_interval := v_value::interval;
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+        RAISE EXCEPTION 'setting % is not an interval: %', p_key, v_value
+            USING ERRCODE = 'SLINV', HINT = format('UPDATE silo.settings SET value = %L WHERE key = %L', p_default, p_key);
+    END;
+    IF v_interval < interval '0' THEN
+        RAISE EXCEPTION 'setting % must not be negative, got %', p_key, v_value USING ERRCODE = 'SLINV';
+    END IF;
+    RETURN v_interval;
+END
+$$;
+COMMENT ON FUNCTION api.setting_interval(text, text) IS
+    'The value of silo.settings key p_key (p_default when missing) as a non-negative interval. Raises SLINV when it is not an interval or is negative.';

@@ -252,21 +252,12 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_retention interval := p_retention;
-    v_setting   text;
     v_n         bigint;
 BEGIN
     IF v_retention IS NULL THEN
-        v_setting := api.setting('reaper.event_retention', '7 days');
-        BEGIN
-            v_retention := v_setting::interval;
-        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
-            RAISE EXCEPTION 'setting reaper.event_retention is not an interval: %', v_setting
-                USING ERRCODE = 'SLINV', HINT = 'UPDATE silo.settings SET value = ''7 days'' WHERE key = ''reaper.event_retention''';
-        END;
-    END IF;
-    IF v_retention < interval '0' THEN
-        RAISE EXCEPTION 'reaper event retention must not be negative, got %', v_retention
-            USING ERRCODE = 'SLINV';
+        v_retention := api.setting_interval('reaper.event_retention', '7 days');
+    ELSIF v_retention < interval '0' THEN
+        RAISE EXCEPTION 'reaper event retention must not be negative, got %', v_retention USING ERRCODE = 'SLINV';
     END IF;
     DELETE FROM profile.reaper_events e WHERE e.created < now() - v_retention;
     GET DIAGNOSTICS v_n = ROW_COUNT;

@@ -474,21 +474,13 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_retention interval := p_retention;
-    v_setting   text;
     v_upto      bigint;
     v_n         bigint;
     v_m         bigint;
 BEGIN
     IF v_retention IS NULL THEN
-        v_setting := api.setting('change_retention', '24 hours');
-        BEGIN
-            v_retention := v_setting::interval;
-        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
-            RAISE EXCEPTION 'setting change_retention is not an interval: %', v_setting
-                USING ERRCODE = 'SLINV', HINT = 'UPDATE silo.settings SET value = ''24 hours'' WHERE key = ''change_retention''';
-        END;
-    END IF;
-    IF v_retention < interval '0' THEN
+        v_retention := api.setting_interval('change_retention', '24 hours');
+    ELSIF v_retention < interval '0' THEN
         RAISE EXCEPTION 'change retention must not be negative, got %', v_retention USING ERRCODE = 'SLINV';
     END IF;
     DELETE FROM silo.change_pending p WHERE p.created < now() - v_retention;
