@@ -353,10 +353,17 @@ COMMENT ON FUNCTION api.profile_dead_letter_add(jsonb, text, text, text) IS
 -- this gives what applying them one by one gives. Returns one result per update; expected
 -- rejections (grain type differs from the existing grain's: SPTYP; profile link cycle: SPLNK) come
 -- back as dead_letter results without a dead letter id: the caller records them.
+-- Change notifications: each statement records the grains it wrote or deleted (from its RETURNING
+-- rows) in silo.change_pending itself, as compact rows (sql/030_changes.sql); the function runs with
+-- silo.change_capture off, so the statement triggers of profile.profilestore stay idle. It also
+-- runs with generic plans: its statements are large, planning them anew for every small batch
+-- cost more than applying it.
 -- Raises: nothing of its own; an unexpected error propagates (api.profile_apply_batch handles it).
 CREATE FUNCTION api.profile_apply_round(p_round api.profile_update[])
 RETURNS api.profile_apply_result[]
 LANGUAGE plpgsql VOLATILE
+SET silo.change_capture = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_res     api.profile_apply_result[];
@@ -406,11 +413,20 @@ BEGIN
             notify_at = CASE WHEN EXCLUDED.grain_type = 'c' THEN api.profile_expiry(EXCLUDED.inserted, p.ttn)
                              ELSE EXCLUDED.notify_at END
         WHERE p.grain_type = EXCLUDED.grain_type
-        RETURNING CASE WHEN p.xmax = 0 THEN (SELECT jsonb_build_array(p.correlation_id, p.profile_type, p.path, h.grain_type)
+        RETURNING p.correlation_id, p.profile_type, p.path, p.reader,
+                  CASE WHEN p.xmax = 0 THEN (SELECT jsonb_build_array(p.correlation_id, p.profile_type, p.path, h.grain_type)
                                              FROM profile.profilestore h
                                              WHERE h.correlation_id = p.correlation_id AND h.profile_type = p.profile_type
                                                AND h.path = p.path AND h.grain_type <> p.grain_type
                                              LIMIT 1) END AS clash
+    ), pend AS (
+        -- The grains written, for change notifications (a clashing row is removed again below).
+        INSERT INTO silo.change_pending (channel, kind, payload)
+        SELECT 'profile:*', 'changed',
+               api.change_grains(array_agg(i.correlation_id), array_agg(i.profile_type), array_agg(i.reader), array_agg(i.path))
+        FROM ins AS i
+        WHERE i.clash IS NULL
+        HAVING count(*) > 0
     )
     SELECT (SELECT array_agg(ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::api.profile_apply_result)
             FROM unnest(p_round) AS u
@@ -580,7 +596,7 @@ BEGIN
         FROM d
         WHERE d.st = 'ok' AND d.hist
         ON CONFLICT DO NOTHING
-        RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path
+        RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path, profilestore.reader
     ), upd AS (
         -- New values of an existing _latest: the row read and locked above.
         UPDATE profile.profilestore p
@@ -589,6 +605,7 @@ BEGIN
             expires_at = api.profile_expiry(d.inserted, d.w_ttl), notify_at = api.profile_expiry(d.inserted, d.w_ttn)
         FROM d
         WHERE d.st = 'ok' AND d.o_tid IS NOT NULL AND p.ctid = d.o_tid
+        RETURNING p.correlation_id, p.profile_type, p.path, p.reader
     ), ins AS (
         -- New _latest values where there was none. One may have appeared since: if it has another
         -- grain type it is left alone here (and the update dead-lettered below). A new _latest is
@@ -605,7 +622,7 @@ BEGIN
             inserted = EXCLUDED.inserted, ttl = EXCLUDED.ttl, reader = EXCLUDED.reader, origin = EXCLUDED.origin,
             ttn = EXCLUDED.ttn, expires_at = EXCLUDED.expires_at, notify_at = EXCLUDED.notify_at
         WHERE p.grain_type = EXCLUDED.grain_type
-        RETURNING p.correlation_id, p.profile_type, p.path,
+        RETURNING p.correlation_id, p.profile_type, p.path, p.reader,
                   CASE WHEN p.xmax = 0 THEN (SELECT h.grain_type::text FROM profile.profilestore h
                                              WHERE h.correlation_id = p.correlation_id AND h.profile_type = p.profile_type
                                                AND h.path = p.path AND h.grain_type <> p.grain_type
@@ -617,7 +634,7 @@ BEGIN
         WHERE d.operation IN ('_delete', '_delete_with_history')
           AND p.correlation_id = d.target AND p.profile_type = d.profile_type AND p.path = d.path
           AND (d.pits IS NULL OR p.pit = ANY (d.pits))
-        RETURNING d.ord
+        RETURNING d.ord, p.correlation_id, p.profile_type, p.path, p.reader
     ), dur AS (
         -- _set_ttl and _set_ttn: value and other metadata stay.
         UPDATE profile.profilestore p
@@ -629,9 +646,26 @@ BEGIN
         WHERE d.operation IN ('_set_ttl', '_set_ttn')
           AND p.correlation_id = d.target AND p.profile_type = d.profile_type AND p.path = d.path
           AND (d.pits IS NULL OR p.pit = ANY (d.pits))
-        RETURNING d.ord
+        RETURNING d.ord, p.correlation_id, p.profile_type, p.path, p.reader
     ), hit AS (
         SELECT DISTINCT h.ord FROM (SELECT del.ord FROM del UNION ALL SELECT dur.ord FROM dur) h
+    ), pend AS (
+        -- The grains written and deleted, for change notifications (a clashing new _latest is
+        -- removed again below).
+        INSERT INTO silo.change_pending (channel, kind, payload)
+        SELECT 'profile:*', g.kind,
+               api.change_grains(array_agg(g.correlation_id), array_agg(g.profile_type), array_agg(g.reader), array_agg(g.path))
+        FROM (SELECT 'changed' AS kind, a.correlation_id, a.profile_type, a.reader, a.path FROM arch AS a
+              UNION ALL
+              SELECT 'changed', u.correlation_id, u.profile_type, u.reader, u.path FROM upd AS u
+              UNION ALL
+              SELECT 'changed', i.correlation_id, i.profile_type, i.reader, i.path FROM ins AS i WHERE i.clash IS NULL
+              UNION ALL
+              SELECT 'changed', t.correlation_id, t.profile_type, t.reader, t.path FROM dur AS t
+              UNION ALL
+              SELECT 'deleted', x.correlation_id, x.profile_type, x.reader, x.path FROM del AS x) g
+        GROUP BY g.kind
+        ORDER BY g.kind
     )
     SELECT array_agg(CASE
                WHEN d.st = 'ok' AND d.o_tid IS NULL AND (ins.correlation_id IS NULL OR ins.clash IS NOT NULL) THEN
@@ -675,7 +709,13 @@ BEGIN
                    o.certainty, o.grain_type, o.inserted, o.ttl, o.reader, o.origin, o.ttn, o.expires_at, o.notify_at
             FROM unnest(v_pending) AS o
             ON CONFLICT DO NOTHING
-            RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path
+            RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path, profilestore.reader
+        ), pend AS (
+            INSERT INTO silo.change_pending (channel, kind, payload)
+            SELECT 'profile:*', 'changed',
+                   api.change_grains(array_agg(a.correlation_id), array_agg(a.profile_type), array_agg(a.reader), array_agg(a.path))
+            FROM arch AS a
+            HAVING count(*) > 0
         )
         SELECT array_agg(o) INTO v_pending
         FROM unnest(v_pending) AS o

@@ -5,8 +5,9 @@
 -- api.change_expand are internal.
 --
 -- How a change travels:
--- 1. The transaction that makes a change inserts rows into silo.change_pending: the triggers of
---    profile.profilestore and profile.dead_letters below, api.profile_reap for channel reaper.
+-- 1. The transaction that makes a change inserts rows into silo.change_pending: the write path of
+--    profile updates (api.profile_apply_round) and the triggers of profile.profilestore (every
+--    other writer) and profile.dead_letters below, api.profile_reap for channel reaper.
 --    The statement trigger of silo.change_pending calls pg_notify('silo_change_pending', '')
 --    (identical notifications of one transaction collapse into one, delivered at commit), unless
 --    the setting silo.change_notify is off.
@@ -53,107 +54,149 @@
 -- at the end is refused. (A profile type containing ':' makes profile:{type}:* match more than one
 -- type; the payload's profile_type tells them apart.)
 
--- Profile changes are recorded cheaply: each statement on profile.profilestore adds at most one
--- pending row, channel profile:* (a compact row), whose payload lists the grain rows it touched as
--- aligned arrays {"correlation_id": [...], "profile_type": [...], "reader": [...], "path": [...]}.
--- api.change_sequence expands it (api.change_expand) into one change per profile and reader, as
--- described above, off the write path: the grouping and the payloads cost the writer nothing.
--- api.changes_pending() shows what is pending as the changes it will become.
+-- Profile changes are recorded cheaply, as compact pending rows: channel profile:*, payload the
+-- grain rows touched as aligned arrays {"correlation_id": [...], "profile_type": [...],
+-- "reader": [...], "path": [...]} (api.change_grains). api.change_sequence expands them
+-- (api.change_expand) into one change per profile and reader, as described above, off the write
+-- path: the grouping and the payloads cost the writer nothing. api.changes_pending() shows what is
+-- pending as the changes it will become.
+--
+-- Who records them:
+-- * api.profile_apply_round, the write path of every profile update, records the grains its
+--   statements wrote from their RETURNING rows, one compact row per statement and kind, and runs
+--   with silo.change_capture = off. That costs a fraction of what transition tables and trigger
+--   calls cost (a fifth of the batch apply's time, measured).
+-- * Every other write (the reaper's TTL deletes, a DBA's UPDATE or DELETE in psql) is recorded by
+--   the statement triggers below, which do nothing while silo.change_capture is off.
+-- * A grain's reader that changes is recorded by a row trigger, whoever writes: the old reader
+--   learns that the grain changed (it can no longer read it). It fires only for such rows.
+-- silo.change_capture (a PostgreSQL setting, default on) is for Silo's own writers: a session that
+-- turns it off writes profile changes nobody hears of. The reaper turns it off while it marks
+-- grains notified (notify_at alone: no change of the profile; the reaper's own channel carries it).
+
+-- api.change_grains: internal. The payload of a compact pending row of profile changes: the grains'
+-- correlation ids, profile types, readers and paths as aligned arrays.
+-- Raises: nothing.
+CREATE FUNCTION api.change_grains(p_correlation_id text[], p_profile_type text[], p_reader text[], p_path text[])
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object('correlation_id', p_correlation_id, 'profile_type', p_profile_type,
+                              'reader', p_reader, 'path', p_path);
+$$;
+COMMENT ON FUNCTION api.change_grains(text[], text[], text[], text[]) IS
+    'Internal: the payload of a compact pending row of profile changes (channel profile:*): correlation ids, profile types, readers and paths of the grains touched, as aligned arrays.';
+
+-- api.change_capture_on: internal. Whether the statement triggers of profile.profilestore record
+-- changes: the setting silo.change_capture is not off.
+-- Raises: nothing.
+CREATE FUNCTION api.change_capture_on()
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT current_setting('silo.change_capture', true) IS DISTINCT FROM 'off';
+$$;
+COMMENT ON FUNCTION api.change_capture_on() IS
+    'Internal: whether the change triggers of profile.profilestore record changes (silo.change_capture is not off; Silo''s write path records its own).';
 
 -- api.tg_profilestore__change_insert: internal. AFTER INSERT statement trigger of
--- profile.profilestore: one compact pending row (kind changed) with the inserted grain rows.
+-- profile.profilestore: one compact pending row (kind changed) with the inserted grain rows, unless
+-- silo.change_capture is off.
 -- Raises: nothing.
 CREATE FUNCTION api.tg_profilestore__change_insert()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    INSERT INTO silo.change_pending (channel, kind, payload)
-    SELECT 'profile:*', 'changed',
-           jsonb_build_object('correlation_id', array_agg(n.correlation_id), 'profile_type', array_agg(n.profile_type),
-                              'reader', array_agg(n.reader), 'path', array_agg(n.path))
-    FROM new_rows n
-    HAVING count(*) > 0;
+    IF api.change_capture_on() THEN
+        INSERT INTO silo.change_pending (channel, kind, payload)
+        SELECT 'profile:*', 'changed',
+               api.change_grains(array_agg(n.correlation_id), array_agg(n.profile_type), array_agg(n.reader), array_agg(n.path))
+        FROM new_rows n
+        HAVING count(*) > 0;
+    END IF;
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION api.tg_profilestore__change_insert() IS
-    'Internal: AFTER INSERT statement trigger of profile.profilestore; records the inserted grains as one compact pending change (channel profile:*, kind changed), which api.change_sequence expands into one change per profile and grain reader.';
+    'Internal: AFTER INSERT statement trigger of profile.profilestore; records the inserted grains as one compact pending change (channel profile:*, kind changed), which api.change_sequence expands into one change per profile and grain reader. Does nothing while silo.change_capture is off.';
 
 -- api.tg_profilestore__change_update: internal. AFTER UPDATE statement trigger of
--- profile.profilestore: one compact pending row (kind changed) with the updated grain rows, under
--- their new reader and, when an update changed it, their old one. A row whose only change is
--- notify_at (the reaper marking a grain notified) is left out: only when some new row looks like
--- that (notify_at NULL, ttn not P100Y) are old and new rows compared, the common case stays cheap.
+-- profile.profilestore: one compact pending row (kind changed) with the updated grain rows under
+-- their new reader (the old one, when it changed, is recorded by the row trigger below), unless
+-- silo.change_capture is off.
 -- Raises: nothing.
 CREATE FUNCTION api.tg_profilestore__change_update()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    IF EXISTS (SELECT FROM new_rows n WHERE n.notify_at IS NULL AND n.ttn <> 'P100Y') THEN
+    IF api.change_capture_on() THEN
         INSERT INTO silo.change_pending (channel, kind, payload)
         SELECT 'profile:*', 'changed',
-               jsonb_build_object('correlation_id', array_agg(x.correlation_id), 'profile_type', array_agg(x.profile_type),
-                                  'reader', array_agg(x.reader), 'path', array_agg(x.path))
-        FROM (
-            SELECT DISTINCT n.correlation_id, n.profile_type, r.reader, n.path
-            FROM new_rows n
-            JOIN old_rows o ON o.correlation_id = n.correlation_id AND o.profile_type = n.profile_type
-                           AND o.path = n.path AND o.pit = n.pit
-            CROSS JOIN LATERAL unnest(ARRAY[n.reader, o.reader]) AS r(reader)
-            WHERE (n.value, n.certainty, n.grain_type, n.inserted, n.ttl, n.ttn, n.reader, n.origin)
-                  IS DISTINCT FROM (o.value, o.certainty, o.grain_type, o.inserted, o.ttl, o.ttn, o.reader, o.origin)
-        ) x
-        HAVING count(*) > 0;
-    ELSE
-        INSERT INTO silo.change_pending (channel, kind, payload)
-        SELECT 'profile:*', 'changed',
-               jsonb_build_object('correlation_id', array_agg(x.correlation_id), 'profile_type', array_agg(x.profile_type),
-                                  'reader', array_agg(x.reader), 'path', array_agg(x.path))
-        FROM (
-            SELECT n.correlation_id, n.profile_type, n.reader, n.path FROM new_rows n
-            UNION
-            SELECT o.correlation_id, o.profile_type, o.reader, o.path FROM old_rows o
-        ) x
+               api.change_grains(array_agg(n.correlation_id), array_agg(n.profile_type), array_agg(n.reader), array_agg(n.path))
+        FROM new_rows n
         HAVING count(*) > 0;
     END IF;
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION api.tg_profilestore__change_update() IS
-    'Internal: AFTER UPDATE statement trigger of profile.profilestore; records the updated grains (under their new and, when it changed, old reader) as one compact pending change (channel profile:*, kind changed). Updates of notify_at alone are not changes.';
+    'Internal: AFTER UPDATE statement trigger of profile.profilestore; records the updated grains under their new reader as one compact pending change (channel profile:*, kind changed). Does nothing while silo.change_capture is off.';
 
 -- api.tg_profilestore__change_delete: internal. AFTER DELETE statement trigger of
--- profile.profilestore: one compact pending row (kind deleted) with the deleted grain rows.
+-- profile.profilestore: one compact pending row (kind deleted) with the deleted grain rows, unless
+-- silo.change_capture is off.
 -- Raises: nothing.
 CREATE FUNCTION api.tg_profilestore__change_delete()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    INSERT INTO silo.change_pending (channel, kind, payload)
-    SELECT 'profile:*', 'deleted',
-           jsonb_build_object('correlation_id', array_agg(o.correlation_id), 'profile_type', array_agg(o.profile_type),
-                              'reader', array_agg(o.reader), 'path', array_agg(o.path))
-    FROM old_rows o
-    HAVING count(*) > 0;
+    IF api.change_capture_on() THEN
+        INSERT INTO silo.change_pending (channel, kind, payload)
+        SELECT 'profile:*', 'deleted',
+               api.change_grains(array_agg(o.correlation_id), array_agg(o.profile_type), array_agg(o.reader), array_agg(o.path))
+        FROM old_rows o
+        HAVING count(*) > 0;
+    END IF;
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION api.tg_profilestore__change_delete() IS
-    'Internal: AFTER DELETE statement trigger of profile.profilestore; records the deleted grain pits as one compact pending change (channel profile:*, kind deleted), which api.change_sequence expands into one change per profile and grain reader.';
+    'Internal: AFTER DELETE statement trigger of profile.profilestore; records the deleted grain pits as one compact pending change (channel profile:*, kind deleted), which api.change_sequence expands into one change per profile and grain reader. Does nothing while silo.change_capture is off.';
+
+-- api.tg_profilestore__reader_change: internal. AFTER UPDATE row trigger of profile.profilestore
+-- for rows whose reader changed (whoever writes them): one compact pending row (kind changed) for
+-- the grain under its old reader, so that subscribers who could read it learn that it changed.
+-- Raises: nothing.
+CREATE FUNCTION api.tg_profilestore__reader_change()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    INSERT INTO silo.change_pending (channel, kind, payload)
+    VALUES ('profile:*', 'changed',
+            api.change_grains(ARRAY[OLD.correlation_id], ARRAY[OLD.profile_type], ARRAY[OLD.reader], ARRAY[OLD.path]));
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION api.tg_profilestore__reader_change() IS
+    'Internal: AFTER UPDATE row trigger of profile.profilestore, for rows whose reader changed; records the grain under its old reader (channel profile:*, kind changed) so that subscribers who could read it learn that it changed.';
 
 -- Multi-event triggers may not have transition tables: one trigger per event.
 CREATE TRIGGER profilestore_change_insert AFTER INSERT ON profile.profilestore
     REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION api.tg_profilestore__change_insert();
 CREATE TRIGGER profilestore_change_update AFTER UPDATE ON profile.profilestore
-    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION api.tg_profilestore__change_update();
 CREATE TRIGGER profilestore_change_delete AFTER DELETE ON profile.profilestore
     REFERENCING OLD TABLE AS old_rows
     FOR EACH STATEMENT EXECUTE FUNCTION api.tg_profilestore__change_delete();
+CREATE TRIGGER profilestore_reader_change AFTER UPDATE OF reader ON profile.profilestore
+    FOR EACH ROW WHEN (OLD.reader IS DISTINCT FROM NEW.reader)
+    EXECUTE FUNCTION api.tg_profilestore__reader_change();
 
 -- api.change_expand: internal. The changes a pending row stands for: itself, or, for a compact row
 -- of profile changes (channel profile:*), one change per profile and reader (ordered by
