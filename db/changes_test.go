@@ -154,6 +154,69 @@ func TestChangeTriggersIgnoreNotifyAtAndSeeReaperDeletes(t *testing.T) {
 	require.Equal(t, []string{"ttl", "ttn"}, kinds)
 }
 
+// Writes outside the update path (a DBA's UPDATE or DELETE in psql) are recorded by the statement
+// triggers; with silo.change_capture off they are not, except a reader that changes, which its
+// old reader always hears of.
+func TestChangeTriggersRecordOtherWriters(t *testing.T) {
+	t.Parallel()
+	e := newApplyEnv(t)
+	e.batch(`{"_id":"$A","_profile_type":"customer","_path":["a"],"_value":{"_v":"1"}}`,
+		`{"_id":"$A","_profile_type":"customer","_path":["b"],"_value":{"_v":"1","_reader":"r1"}}`)
+	e.takePending()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := e.tx.Exec(e.ctx, sql, args...)
+		require.NoError(t, err)
+	}
+
+	exec(`UPDATE profile.profilestore SET value = '"2"' WHERE correlation_id = $1 AND path = '/a'`, e.id("$A"))
+	require.Equal(t, []string{e.profileChange("customer", "$A", "changed", "_auth", "/a")}, e.takePending())
+
+	exec(`UPDATE profile.profilestore SET reader = 'r2' WHERE correlation_id = $1 AND path = '/b'`, e.id("$A"))
+	require.Equal(t, sorted(
+		e.profileChange("customer", "$A", "changed", "r1", "/b"),
+		e.profileChange("customer", "$A", "changed", "r2", "/b"),
+	), e.takePending())
+
+	exec(`INSERT INTO profile.profilestore (correlation_id, profile_type, path, pit, value, grain_type, inserted)
+		VALUES ($1, 'customer', '/c', '_latest', '"3"', 't', 0)`, e.id("$A"))
+	require.Equal(t, []string{e.profileChange("customer", "$A", "changed", "_auth", "/c")}, e.takePending())
+
+	exec(`DELETE FROM profile.profilestore WHERE correlation_id = $1 AND path = '/c'`, e.id("$A"))
+	require.Equal(t, []string{e.profileChange("customer", "$A", "deleted", "_auth", "/c")}, e.takePending())
+
+	// Capture off: the statement triggers stay idle; the old reader still hears of its loss.
+	exec(`SET LOCAL silo.change_capture = off`)
+	exec(`UPDATE profile.profilestore SET value = '"4"' WHERE correlation_id = $1 AND path = '/a'`, e.id("$A"))
+	exec(`DELETE FROM profile.profilestore WHERE correlation_id = $1 AND path = '/a'`, e.id("$A"))
+	require.Empty(t, e.takePending())
+	exec(`UPDATE profile.profilestore SET reader = 'r3' WHERE correlation_id = $1 AND path = '/b'`, e.id("$A"))
+	require.Equal(t, []string{e.profileChange("customer", "$A", "changed", "r2", "/b")}, e.takePending())
+	exec(`RESET silo.change_capture`)
+
+	// The update path records its own changes whatever the session's setting.
+	exec(`SET LOCAL silo.change_capture = off`)
+	e.one(`{"_id":"$A","_profile_type":"customer","_path":["a"],"_value":{"_v":"5"}}`)
+	require.Equal(t, []string{e.profileChange("customer", "$A", "changed", "_auth", "/a")}, e.takePending())
+}
+
+// Compact pending rows are compressed with lz4 where the server has it.
+func TestChangePendingPayloadCompression(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.Tx(t)
+	var lz4 bool
+	var method string
+	require.NoError(t, tx.QueryRow(context.Background(), `
+		SELECT EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)),
+		       attcompression::text
+		FROM pg_attribute WHERE attrelid = 'silo.change_pending'::regclass AND attname = 'payload'`).Scan(&lz4, &method))
+	if lz4 {
+		require.Equal(t, "l", method)
+	} else {
+		require.Equal(t, "", method)
+	}
+}
+
 // addChanges inserts changes into the log directly: channel, kind and readers per row, ids from
 // first on.
 func addChanges(t *testing.T, tx pgx.Tx, first int64, rows ...[]string) {
