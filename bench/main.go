@@ -25,7 +25,7 @@
 //     applied by two `silo work` processes; baseline: the raw batch upsert of the same rows. The
 //     order of each correlation id's appends is checked on the result.
 //
-//  6. Change notifications (bench/notify.go): the change triggers' cost, commit-to-websocket latency
+//  6. Change notifications (bench/notify.go): what recording changes costs, commit-to-websocket latency
 //     with 1,000 clients, memory of 10,000 idle websocket clients.
 //
 // SILO_BENCH_ONLY=apply runs workload 1 alone; SILO_BENCH_ONLY=async workloads 1 (mix) and 5;

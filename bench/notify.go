@@ -1,12 +1,12 @@
 package main
 
-// Change notifications: what the change triggers cost the write path, the latency from commit to
+// Change notifications: what recording changes costs the write path, the latency from commit to
 // websocket receipt with 1,000 subscribed clients on one process, and the memory of 10,000 idle
 // websocket clients.
 //
-//   - Trigger cost: api.profile_apply_batch in three modes taking turns: the change triggers of
-//     profile.profilestore disabled (ALTER TABLE ... DISABLE TRIGGER: the baseline), enabled with
-//     writers not notifying (silo.change_notify = off), and enabled as by default. 500 updates per
+//   - Recording cost: api.profile_apply_batch in three modes taking turns: no profile change
+//     recorded (silo.change_capture = off: the baseline), changes recorded with writers not
+//     notifying (silo.change_notify = off), and as by default. 500 updates per
 //     call (mix) on one connection, and 1 update per call on 8 connections (each call a
 //     transaction: that is where pg_notify's commit-time lock shows). A hub polling every 10 ms
 //     sequences meanwhile, so sequencing costs what it costs in production.
@@ -52,15 +52,15 @@ import (
 )
 
 const (
-	envWSChild       = "SILO_BENCH_WS_CHILD" // "<url> <n>": run as the idle clients' process
-	latClients       = 1000
-	latBroadcasts    = 100
-	latSingles       = 200
-	latInterval      = 50 * time.Millisecond
-	idleClients      = 10000
-	dialConcurrency  = 64
-	singleTrigConns  = 8
-	singleTrigLength = 3 * time.Second
+	envWSChild      = "SILO_BENCH_WS_CHILD" // "<url> <n>": run as the idle clients' process
+	latClients      = 1000
+	latBroadcasts   = 100
+	latSingles      = 200
+	latInterval     = 50 * time.Millisecond
+	idleClients     = 10000
+	dialConcurrency = 64
+	recordingConns  = 8
+	recordingLength = 3 * time.Second
 )
 
 // The bench binary doubles as the process holding the idle clients.
@@ -88,7 +88,7 @@ func (bn *bench) notifyWorkload(ctx context.Context, rp *report) error {
 		return fmt.Errorf("open files limited to %d: the idle-clients figure needs %d", lim, idleClients+1000)
 	}
 	// The earlier workloads wrote changes with nobody sequencing them: a hub catches up first.
-	// The trigger-cost figures run with a hub that polls every 10 ms, as processes do when writers
+	// The recording-cost figures run with a hub that polls every 10 ms, as processes do when writers
 	// do not notify (one of the modes measured).
 	_, _, stop, err := bn.startHub(ctx, 10*time.Millisecond)
 	if err != nil {
@@ -98,7 +98,7 @@ func (bn *bench) notifyWorkload(ctx context.Context, rp *report) error {
 		stop()
 		return err
 	}
-	if err := bn.triggerCost(ctx, rp); err != nil {
+	if err := bn.recordingCost(ctx, rp); err != nil {
 		stop()
 		return err
 	}
@@ -177,34 +177,23 @@ func (bn *bench) waitSequenced(ctx context.Context, limit time.Duration) error {
 	}
 }
 
-func (bn *bench) setChangeTriggers(ctx context.Context, on bool) error {
-	verb := "DISABLE"
-	if on {
-		verb = "ENABLE"
-	}
-	_, err := bn.raw.Exec(ctx, fmt.Sprintf(`ALTER TABLE profile.profilestore %[1]s TRIGGER profilestore_change_insert,
-		%[1]s TRIGGER profilestore_change_update, %[1]s TRIGGER profilestore_change_delete`, verb))
-	return err
-}
-
-// writeMode is a way of running the write path for the trigger-cost figures.
+// writeMode is a way of running the write path for the recording-cost figures.
 type writeMode struct {
-	name     string
-	triggers bool // the change triggers of profile.profilestore enabled
-	notify   bool // silo.change_notify on: writers notify silo_change_pending
+	name    string
+	capture bool // silo.change_capture on: profile changes are recorded
+	notify  bool // silo.change_notify on: writers notify silo_change_pending
 }
 
 var writeModes = []writeMode{
-	{"triggers off", false, false},
-	{"triggers on, writers do not notify", true, false},
-	{"triggers on", true, true},
+	{"changes not recorded", false, false},
+	{"changes recorded, writers do not notify", true, false},
+	{"changes recorded", true, true},
 }
 
-// triggerCost: the write path with the change triggers on against the same with them off.
-func (bn *bench) triggerCost(ctx context.Context, rp *report) error {
-	defer func() { _ = bn.setChangeTriggers(context.Background(), true) }()
-	// Dedicated connections, so that each keeps its silo.change_notify.
-	conns := make([]*pgxpool.Conn, singleTrigConns)
+// recordingCost: the write path recording changes against the same recording none.
+func (bn *bench) recordingCost(ctx context.Context, rp *report) error {
+	// Dedicated connections, so that each keeps its silo.change_capture and silo.change_notify.
+	conns := make([]*pgxpool.Conn, recordingConns)
 	for i := range conns {
 		c, err := bn.raw.Acquire(ctx)
 		if err != nil {
@@ -213,13 +202,16 @@ func (bn *bench) triggerCost(ctx context.Context, rp *report) error {
 		defer c.Release()
 		conns[i] = c
 	}
-	setNotify := func(on bool) error {
-		v := "off"
+	onOff := func(on bool) string {
 		if on {
-			v = "on"
+			return "on"
 		}
+		return "off"
+	}
+	setMode := func(m writeMode) error {
 		for _, c := range conns {
-			if _, err := c.Exec(ctx, `SELECT set_config('silo.change_notify', $1, false)`, v); err != nil {
+			if _, err := c.Exec(ctx, `SELECT set_config('silo.change_capture', $1, false), set_config('silo.change_notify', $2, false)`,
+				onOff(m.capture), onOff(m.notify)); err != nil {
 				return err
 			}
 		}
@@ -227,6 +219,7 @@ func (bn *bench) triggerCost(ctx context.Context, rp *report) error {
 	}
 	defer func() {
 		for _, c := range conns {
+			_, _ = c.Exec(context.Background(), `RESET silo.change_capture`)
 			_, _ = c.Exec(context.Background(), `RESET silo.change_notify`)
 		}
 	}()
@@ -241,10 +234,7 @@ func (bn *bench) triggerCost(ctx context.Context, rp *report) error {
 		for run := range runs + 1 {
 			for k := range writeModes {
 				m := writeModes[(k+run)%len(writeModes)] // the order turns from run to run
-				if err := bn.setChangeTriggers(ctx, m.triggers); err != nil {
-					return nil, err
-				}
-				if err := setNotify(m.notify); err != nil {
+				if err := setMode(m); err != nil {
 					return nil, err
 				}
 				x, err := measure(run)
@@ -262,7 +252,7 @@ func (bn *bench) triggerCost(ctx context.Context, rp *report) error {
 	g := &gen{r: rand.New(rand.NewPCG(6, 6)), ns: "mix", mix: true}
 	var batches []batch
 	lastRun := -1
-	batchRes, err := measureAll("profile_apply_batch, 500/call, mix, change triggers", func(run int) (float64, error) {
+	batchRes, err := measureAll("profile_apply_batch, 500/call, mix, change recording", func(run int) (float64, error) {
 		if run != lastRun { // the same batches for every mode of a run
 			batches = batches[:0]
 			for range batchesPerRun {
@@ -287,14 +277,14 @@ func (bn *bench) triggerCost(ctx context.Context, rp *report) error {
 	if err != nil {
 		return err
 	}
-	gens := make([]*gen, singleTrigConns)
+	gens := make([]*gen, recordingConns)
 	for c := range gens {
 		gens[c] = &gen{r: rand.New(rand.NewPCG(7, uint64(c))), ns: "mix", mix: true}
 	}
-	singleRes, err := measureAll(fmt.Sprintf("profile_apply_batch, 1/call, %d connections, change triggers", singleTrigConns), func(int) (float64, error) {
-		return closedLoop(singleTrigConns, singleTrigLength, func(c int) error {
+	singleRes, err := measureAll(fmt.Sprintf("profile_apply_batch, 1/call, %d connections, change recording", recordingConns), func(int) (float64, error) {
+		return closedLoop(recordingConns, recordingLength, func(c int) error {
 			g := gens[c]
-			u, _ := g.make(g.r.IntN(numCIDs/singleTrigConns)*singleTrigConns+c, g.r.IntN(numPaths))
+			u, _ := g.make(g.r.IntN(numCIDs/recordingConns)*recordingConns+c, g.r.IntN(numPaths))
 			body, _ := json.Marshal([]update{u})
 			_, err := apply(conns[c], body)
 			return err
@@ -304,10 +294,10 @@ func (bn *bench) triggerCost(ctx context.Context, rp *report) error {
 		return err
 	}
 	for k := 1; k < len(writeModes); k++ {
-		rp.throughput("apply_batch, 500/call, mix: "+writeModes[k].name+" (vs off)", "upd/s", "upd/s", batchRes[k], batchRes[0], 0, errs)
-		rp.throughput(fmt.Sprintf("apply_batch, 1/call, %d conns: %s (vs off)", singleTrigConns, writeModes[k].name), "upd/s", "upd/s", singleRes[k], singleRes[0], 0, 0)
+		rp.throughput("apply_batch, 500/call, mix: "+writeModes[k].name+" (vs not recorded)", "upd/s", "upd/s", batchRes[k], batchRes[0], 0, errs)
+		rp.throughput(fmt.Sprintf("apply_batch, 1/call, %d conns: %s (vs not recorded)", recordingConns, writeModes[k].name), "upd/s", "upd/s", singleRes[k], singleRes[0], 0, 0)
 	}
-	rp.notes = append(rp.notes, "change triggers: \"raw PostgreSQL\" is Silo with the change triggers of profile.profilestore disabled; the hub sequences meanwhile; \"writers do not notify\" is silo.change_notify = off")
+	rp.notes = append(rp.notes, "change recording: \"raw PostgreSQL\" is Silo recording no profile change (silo.change_capture = off); the hub sequences meanwhile; \"writers do not notify\" is silo.change_notify = off")
 	return bn.waitSequenced(ctx, time.Minute)
 }
 

@@ -155,8 +155,9 @@ func TestChangeTriggersIgnoreNotifyAtAndSeeReaperDeletes(t *testing.T) {
 }
 
 // Writes outside the update path (a DBA's UPDATE or DELETE in psql) are recorded by the statement
-// triggers; with silo.change_capture off they are not, except a reader that changes, which its
-// old reader always hears of.
+// triggers. silo.change_triggers off silences those (Silo's writers that record their own); a
+// reader that changes is still recorded, for its old reader. silo.change_capture off records no
+// profile change at all, whoever writes.
 func TestChangeTriggersRecordOtherWriters(t *testing.T) {
 	t.Parallel()
 	e := newApplyEnv(t)
@@ -185,18 +186,27 @@ func TestChangeTriggersRecordOtherWriters(t *testing.T) {
 	exec(`DELETE FROM profile.profilestore WHERE correlation_id = $1 AND path = '/c'`, e.id("$A"))
 	require.Equal(t, []string{e.profileChange("customer", "$A", "deleted", "_auth", "/c")}, e.takePending())
 
-	// Capture off: the statement triggers stay idle; the old reader still hears of its loss.
-	exec(`SET LOCAL silo.change_capture = off`)
+	// Triggers off: the statement triggers stay idle; the old reader still hears of its loss.
+	exec(`SET LOCAL silo.change_triggers = off`)
 	exec(`UPDATE profile.profilestore SET value = '"4"' WHERE correlation_id = $1 AND path = '/a'`, e.id("$A"))
-	exec(`DELETE FROM profile.profilestore WHERE correlation_id = $1 AND path = '/a'`, e.id("$A"))
 	require.Empty(t, e.takePending())
 	exec(`UPDATE profile.profilestore SET reader = 'r3' WHERE correlation_id = $1 AND path = '/b'`, e.id("$A"))
 	require.Equal(t, []string{e.profileChange("customer", "$A", "changed", "r2", "/b")}, e.takePending())
-	exec(`RESET silo.change_capture`)
-
-	// The update path records its own changes whatever the session's setting.
-	exec(`SET LOCAL silo.change_capture = off`)
+	// The update path records its own changes meanwhile.
 	e.one(`{"_id":"$A","_profile_type":"customer","_path":["a"],"_value":{"_v":"5"}}`)
+	require.Equal(t, []string{e.profileChange("customer", "$A", "changed", "_auth", "/a")}, e.takePending())
+	exec(`RESET silo.change_triggers`)
+
+	// Capture off: nothing is recorded, by the triggers or by the update path.
+	exec(`SET LOCAL silo.change_capture = off`)
+	exec(`UPDATE profile.profilestore SET value = '"6"' WHERE correlation_id = $1 AND path = '/a'`, e.id("$A"))
+	exec(`UPDATE profile.profilestore SET reader = 'r4' WHERE correlation_id = $1 AND path = '/b'`, e.id("$A"))
+	e.batch(`{"_id":"$A","_profile_type":"customer","_path":["a"],"_value":{"_v":"7"}}`,
+		`{"_operation":"_set_with_history","_id":"$A","_profile_type":"customer","_path":["h"],"_value":{"_v":"8"}}`,
+		`{"_operation":"_delete","_id":"$A","_profile_type":"customer","_path":["b"],"_value":{"_v":""}}`)
+	require.Empty(t, e.takePending())
+	exec(`RESET silo.change_capture`)
+	e.one(`{"_id":"$A","_profile_type":"customer","_path":["a"],"_value":{"_v":"9"}}`)
 	require.Equal(t, []string{e.profileChange("customer", "$A", "changed", "_auth", "/a")}, e.takePending())
 }
 

@@ -354,15 +354,16 @@ COMMENT ON FUNCTION api.profile_dead_letter_add(jsonb, text, text, text) IS
 -- rejections (grain type differs from the existing grain's: SPTYP; profile link cycle: SPLNK) come
 -- back as dead_letter results without a dead letter id: the caller records them.
 -- Change notifications: each statement records the grains it wrote or deleted (from its RETURNING
--- rows) in silo.change_pending itself, as compact rows (sql/030_changes.sql); the function runs with
--- silo.change_capture off, so the statement triggers of profile.profilestore stay idle. It also
+-- rows) in silo.change_pending itself, as compact rows (sql/030_changes.sql), unless
+-- silo.change_capture is off; the function runs with silo.change_triggers off, so the statement
+-- triggers of profile.profilestore stay idle. It also
 -- runs with generic plans: its statements are large, planning them anew for every small batch
 -- cost more than applying it.
 -- Raises: nothing of its own; an unexpected error propagates (api.profile_apply_batch handles it).
 CREATE FUNCTION api.profile_apply_round(p_round api.profile_update[])
 RETURNS api.profile_apply_result[]
 LANGUAGE plpgsql VOLATILE
-SET silo.change_capture = off
+SET silo.change_triggers = off
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
@@ -426,7 +427,7 @@ BEGIN
                api.change_grains(array_agg(i.correlation_id), array_agg(i.profile_type), array_agg(i.reader), array_agg(i.path))
         FROM ins AS i
         WHERE i.clash IS NULL
-        HAVING count(*) > 0
+        HAVING count(*) > 0 AND api.change_capture_on()
     )
     SELECT (SELECT array_agg(ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::api.profile_apply_result)
             FROM unnest(p_round) AS u
@@ -665,6 +666,7 @@ BEGIN
               UNION ALL
               SELECT 'deleted', x.correlation_id, x.profile_type, x.reader, x.path FROM del AS x) g
         GROUP BY g.kind
+        HAVING api.change_capture_on()
         ORDER BY g.kind
     )
     SELECT array_agg(CASE
@@ -715,7 +717,7 @@ BEGIN
             SELECT 'profile:*', 'changed',
                    api.change_grains(array_agg(a.correlation_id), array_agg(a.profile_type), array_agg(a.reader), array_agg(a.path))
             FROM arch AS a
-            HAVING count(*) > 0
+            HAVING count(*) > 0 AND api.change_capture_on()
         )
         SELECT array_agg(o) INTO v_pending
         FROM unnest(v_pending) AS o

@@ -66,7 +66,7 @@ DECLARE
     v_setting text;
     v_ttn     api.profile_reaped_grain[];
     v_ttl     api.profile_reaped_grain[];
-    v_capture text;
+    v_triggers text;
 BEGIN
     IF v_batch IS NULL THEN
         v_setting := btrim(api.setting('reaper.batch_size', '1000'));
@@ -83,8 +83,8 @@ BEGIN
 
     -- Time to notify: lock the oldest due grains nobody else holds, mark them notified. Changing
     -- notify_at alone is no change of the profile: the change triggers stay idle meanwhile.
-    v_capture := current_setting('silo.change_capture', true);
-    PERFORM set_config('silo.change_capture', 'off', true);
+    v_triggers := current_setting('silo.change_triggers', true);
+    PERFORM set_config('silo.change_triggers', 'off', true);
     WITH due AS (
         SELECT p.correlation_id, p.profile_type, p.path, p.pit, p.grain_type, p.inserted, p.ttl, p.ttn,
                p.reader, p.origin, p.certainty, p.notify_at
@@ -106,7 +106,7 @@ BEGIN
                      ORDER BY d.notify_at, d.correlation_id, d.profile_type, d.path, d.pit)
     INTO v_ttn
     FROM done d;
-    PERFORM set_config('silo.change_capture', coalesce(v_capture, ''), true);
+    PERFORM set_config('silo.change_triggers', coalesce(v_triggers, ''), true);
 
     -- Time to live: lock the oldest expired grains nobody else holds, delete them. A grain whose
     -- notification is due and not yet sent (the notifications above were full before they reached

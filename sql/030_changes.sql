@@ -64,15 +64,21 @@
 -- Who records them:
 -- * api.profile_apply_round, the write path of every profile update, records the grains its
 --   statements wrote from their RETURNING rows, one compact row per statement and kind, and runs
---   with silo.change_capture = off. That costs a fraction of what transition tables and trigger
---   calls cost (a fifth of the batch apply's time, measured).
--- * Every other write (the reaper's TTL deletes, a DBA's UPDATE or DELETE in psql) is recorded by
---   the statement triggers below, which do nothing while silo.change_capture is off.
+--   with silo.change_triggers = off. That costs a fraction of what transition tables and trigger
+--   calls cost.
+-- * Every other write (the reaper's TTL deletes, a DBA's INSERT, UPDATE or DELETE in psql) is
+--   recorded by the statement triggers below.
 -- * A grain's reader that changes is recorded by a row trigger, whoever writes: the old reader
 --   learns that the grain changed (it can no longer read it). It fires only for such rows.
--- silo.change_capture (a PostgreSQL setting, default on) is for Silo's own writers: a session that
--- turns it off writes profile changes nobody hears of. The reaper turns it off while it marks
--- grains notified (notify_at alone: no change of the profile; the reaper's own channel carries it).
+--
+-- Two PostgreSQL settings control this:
+-- * silo.change_capture (default on): a session that sets it off writes profile changes nobody
+--   hears of: neither the write path nor the triggers record them (a bulk load, a repair). Dead
+--   letters and reaper events are still recorded. Subscribers who resume later miss those changes.
+-- * silo.change_triggers (default on) is for Silo's own writers: off, the statement triggers stay
+--   idle because the writer records its changes itself (api.profile_apply_round) or has none to
+--   record (the reaper marking grains notified: notify_at alone is no change of the profile, the
+--   reaper's own channel carries it).
 
 -- api.change_grains: internal. The payload of a compact pending row of profile changes: the grains'
 -- correlation ids, profile types, readers and paths as aligned arrays.
@@ -87,8 +93,8 @@ $$;
 COMMENT ON FUNCTION api.change_grains(text[], text[], text[], text[]) IS
     'Internal: the payload of a compact pending row of profile changes (channel profile:*): correlation ids, profile types, readers and paths of the grains touched, as aligned arrays.';
 
--- api.change_capture_on: internal. Whether the statement triggers of profile.profilestore record
--- changes: the setting silo.change_capture is not off.
+-- api.change_capture_on: internal. Whether profile changes are recorded: the setting
+-- silo.change_capture is not off.
 -- Raises: nothing.
 CREATE FUNCTION api.change_capture_on()
 RETURNS boolean
@@ -97,18 +103,31 @@ AS $$
     SELECT current_setting('silo.change_capture', true) IS DISTINCT FROM 'off';
 $$;
 COMMENT ON FUNCTION api.change_capture_on() IS
-    'Internal: whether the change triggers of profile.profilestore record changes (silo.change_capture is not off; Silo''s write path records its own).';
+    'Internal: whether profile changes are recorded (the setting silo.change_capture is not off; off is for bulk loads nobody must hear of).';
+
+-- api.change_triggers_on: internal. Whether the statement triggers of profile.profilestore record
+-- changes: profile changes are recorded and the setting silo.change_triggers is not off.
+-- Raises: nothing.
+CREATE FUNCTION api.change_triggers_on()
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT current_setting('silo.change_capture', true) IS DISTINCT FROM 'off'
+       AND current_setting('silo.change_triggers', true) IS DISTINCT FROM 'off';
+$$;
+COMMENT ON FUNCTION api.change_triggers_on() IS
+    'Internal: whether the statement triggers of profile.profilestore record changes (silo.change_capture and silo.change_triggers are not off; Silo''s update path turns the triggers off and records its own changes).';
 
 -- api.tg_profilestore__change_insert: internal. AFTER INSERT statement trigger of
 -- profile.profilestore: one compact pending row (kind changed) with the inserted grain rows, unless
--- silo.change_capture is off.
+-- api.change_triggers_on() says otherwise.
 -- Raises: nothing.
 CREATE FUNCTION api.tg_profilestore__change_insert()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    IF api.change_capture_on() THEN
+    IF api.change_triggers_on() THEN
         INSERT INTO silo.change_pending (channel, kind, payload)
         SELECT 'profile:*', 'changed',
                api.change_grains(array_agg(n.correlation_id), array_agg(n.profile_type), array_agg(n.reader), array_agg(n.path))
@@ -119,19 +138,19 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.tg_profilestore__change_insert() IS
-    'Internal: AFTER INSERT statement trigger of profile.profilestore; records the inserted grains as one compact pending change (channel profile:*, kind changed), which api.change_sequence expands into one change per profile and grain reader. Does nothing while silo.change_capture is off.';
+    'Internal: AFTER INSERT statement trigger of profile.profilestore; records the inserted grains as one compact pending change (channel profile:*, kind changed), which api.change_sequence expands into one change per profile and grain reader. Does nothing while silo.change_capture or silo.change_triggers is off.';
 
 -- api.tg_profilestore__change_update: internal. AFTER UPDATE statement trigger of
 -- profile.profilestore: one compact pending row (kind changed) with the updated grain rows under
 -- their new reader (the old one, when it changed, is recorded by the row trigger below), unless
--- silo.change_capture is off.
+-- api.change_triggers_on() says otherwise.
 -- Raises: nothing.
 CREATE FUNCTION api.tg_profilestore__change_update()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    IF api.change_capture_on() THEN
+    IF api.change_triggers_on() THEN
         INSERT INTO silo.change_pending (channel, kind, payload)
         SELECT 'profile:*', 'changed',
                api.change_grains(array_agg(n.correlation_id), array_agg(n.profile_type), array_agg(n.reader), array_agg(n.path))
@@ -142,18 +161,18 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.tg_profilestore__change_update() IS
-    'Internal: AFTER UPDATE statement trigger of profile.profilestore; records the updated grains under their new reader as one compact pending change (channel profile:*, kind changed). Does nothing while silo.change_capture is off.';
+    'Internal: AFTER UPDATE statement trigger of profile.profilestore; records the updated grains under their new reader as one compact pending change (channel profile:*, kind changed). Does nothing while silo.change_capture or silo.change_triggers is off.';
 
 -- api.tg_profilestore__change_delete: internal. AFTER DELETE statement trigger of
 -- profile.profilestore: one compact pending row (kind deleted) with the deleted grain rows, unless
--- silo.change_capture is off.
+-- api.change_triggers_on() says otherwise.
 -- Raises: nothing.
 CREATE FUNCTION api.tg_profilestore__change_delete()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    IF api.change_capture_on() THEN
+    IF api.change_triggers_on() THEN
         INSERT INTO silo.change_pending (channel, kind, payload)
         SELECT 'profile:*', 'deleted',
                api.change_grains(array_agg(o.correlation_id), array_agg(o.profile_type), array_agg(o.reader), array_agg(o.path))
@@ -164,25 +183,28 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.tg_profilestore__change_delete() IS
-    'Internal: AFTER DELETE statement trigger of profile.profilestore; records the deleted grain pits as one compact pending change (channel profile:*, kind deleted), which api.change_sequence expands into one change per profile and grain reader. Does nothing while silo.change_capture is off.';
+    'Internal: AFTER DELETE statement trigger of profile.profilestore; records the deleted grain pits as one compact pending change (channel profile:*, kind deleted), which api.change_sequence expands into one change per profile and grain reader. Does nothing while silo.change_capture or silo.change_triggers is off.';
 
 -- api.tg_profilestore__reader_change: internal. AFTER UPDATE row trigger of profile.profilestore
 -- for rows whose reader changed (whoever writes them): one compact pending row (kind changed) for
--- the grain under its old reader, so that subscribers who could read it learn that it changed.
+-- the grain under its old reader, so that subscribers who could read it learn that it changed,
+-- unless silo.change_capture is off.
 -- Raises: nothing.
 CREATE FUNCTION api.tg_profilestore__reader_change()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    INSERT INTO silo.change_pending (channel, kind, payload)
-    VALUES ('profile:*', 'changed',
-            api.change_grains(ARRAY[OLD.correlation_id], ARRAY[OLD.profile_type], ARRAY[OLD.reader], ARRAY[OLD.path]));
+    IF api.change_capture_on() THEN
+        INSERT INTO silo.change_pending (channel, kind, payload)
+        VALUES ('profile:*', 'changed',
+                api.change_grains(ARRAY[OLD.correlation_id], ARRAY[OLD.profile_type], ARRAY[OLD.reader], ARRAY[OLD.path]));
+    END IF;
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION api.tg_profilestore__reader_change() IS
-    'Internal: AFTER UPDATE row trigger of profile.profilestore, for rows whose reader changed; records the grain under its old reader (channel profile:*, kind changed) so that subscribers who could read it learn that it changed.';
+    'Internal: AFTER UPDATE row trigger of profile.profilestore, for rows whose reader changed; records the grain under its old reader (channel profile:*, kind changed) so that subscribers who could read it learn that it changed. Does nothing while silo.change_capture is off.';
 
 -- Multi-event triggers may not have transition tables: one trigger per event.
 CREATE TRIGGER profilestore_change_insert AFTER INSERT ON profile.profilestore
