@@ -81,11 +81,12 @@
 --   reaper's own channel carries it).
 
 -- api.change_grains: internal. The payload of a compact pending row of profile changes: the grains'
--- correlation ids, profile types, readers and paths as aligned arrays.
+-- correlation ids, profile types, readers and paths as aligned arrays. STABLE like
+-- jsonb_build_object: declared IMMUTABLE, PostgreSQL would not inline it.
 -- Raises: nothing.
 CREATE FUNCTION api.change_grains(p_correlation_id text[], p_profile_type text[], p_reader text[], p_path text[])
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT jsonb_build_object('correlation_id', p_correlation_id, 'profile_type', p_profile_type,
                               'reader', p_reader, 'path', p_path);
@@ -227,7 +228,7 @@ CREATE TRIGGER profilestore_reader_change AFTER UPDATE OF reader ON profile.prof
 -- Raises: nothing.
 CREATE FUNCTION api.change_expand(p_channel text, p_kind text, p_payload jsonb, p_readers text[])
 RETURNS TABLE (ord bigint, channel text, kind text, payload jsonb, readers text[])
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT 1::bigint, p_channel, p_kind, p_payload, p_readers
     WHERE p_channel <> 'profile:*'
