@@ -356,9 +356,8 @@ COMMENT ON FUNCTION api.profile_dead_letter_add(jsonb, text, text, text) IS
 -- Change notifications: each statement records the grains it wrote or deleted (from its RETURNING
 -- rows) in silo.change_pending itself, as compact rows (sql/030_changes.sql), unless
 -- silo.change_capture is off; the function runs with silo.change_triggers off, so the statement
--- triggers of profile.profilestore stay idle. It also
--- runs with generic plans: its statements are large, planning them anew for every small batch
--- cost more than applying it.
+-- triggers of profile.profilestore stay idle. It also runs with generic plans: its statements are
+-- large, and planning them anew for every small batch cost more than applying it.
 -- Raises: nothing of its own; an unexpected error propagates (api.profile_apply_batch handles it).
 CREATE FUNCTION api.profile_apply_round(p_round api.profile_update[])
 RETURNS api.profile_apply_result[]

@@ -113,78 +113,34 @@ CREATE FUNCTION api.change_triggers_on()
 RETURNS boolean
 LANGUAGE sql STABLE
 AS $$
-    SELECT current_setting('silo.change_capture', true) IS DISTINCT FROM 'off'
-       AND current_setting('silo.change_triggers', true) IS DISTINCT FROM 'off';
+    SELECT api.change_capture_on() AND current_setting('silo.change_triggers', true) IS DISTINCT FROM 'off';
 $$;
 COMMENT ON FUNCTION api.change_triggers_on() IS
     'Internal: whether the statement triggers of profile.profilestore record changes (silo.change_capture and silo.change_triggers are not off; Silo''s update path turns the triggers off and records its own changes).';
 
--- api.tg_profilestore__change_insert: internal. AFTER INSERT statement trigger of
--- profile.profilestore: one compact pending row (kind changed) with the inserted grain rows, unless
--- api.change_triggers_on() says otherwise.
+-- api.tg_profilestore__change: internal. AFTER INSERT, UPDATE and DELETE statement trigger of
+-- profile.profilestore: one compact pending row with the grain rows the statement wrote (kind
+-- changed; updated rows under their new reader, the old one being recorded by the row trigger
+-- below) or deleted (kind deleted), unless api.change_triggers_on() says otherwise. Each of its
+-- triggers names its transition table grains.
 -- Raises: nothing.
-CREATE FUNCTION api.tg_profilestore__change_insert()
+CREATE FUNCTION api.tg_profilestore__change()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF api.change_triggers_on() THEN
         INSERT INTO silo.change_pending (channel, kind, payload)
-        SELECT 'profile:*', 'changed',
-               api.change_grains(array_agg(n.correlation_id), array_agg(n.profile_type), array_agg(n.reader), array_agg(n.path))
-        FROM new_rows n
+        SELECT 'profile:*', CASE TG_OP WHEN 'DELETE' THEN 'deleted' ELSE 'changed' END,
+               api.change_grains(array_agg(g.correlation_id), array_agg(g.profile_type), array_agg(g.reader), array_agg(g.path))
+        FROM grains g
         HAVING count(*) > 0;
     END IF;
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION api.tg_profilestore__change_insert() IS
-    'Internal: AFTER INSERT statement trigger of profile.profilestore; records the inserted grains as one compact pending change (channel profile:*, kind changed), which api.change_sequence expands into one change per profile and grain reader. Does nothing while silo.change_capture or silo.change_triggers is off.';
-
--- api.tg_profilestore__change_update: internal. AFTER UPDATE statement trigger of
--- profile.profilestore: one compact pending row (kind changed) with the updated grain rows under
--- their new reader (the old one, when it changed, is recorded by the row trigger below), unless
--- api.change_triggers_on() says otherwise.
--- Raises: nothing.
-CREATE FUNCTION api.tg_profilestore__change_update()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    IF api.change_triggers_on() THEN
-        INSERT INTO silo.change_pending (channel, kind, payload)
-        SELECT 'profile:*', 'changed',
-               api.change_grains(array_agg(n.correlation_id), array_agg(n.profile_type), array_agg(n.reader), array_agg(n.path))
-        FROM new_rows n
-        HAVING count(*) > 0;
-    END IF;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION api.tg_profilestore__change_update() IS
-    'Internal: AFTER UPDATE statement trigger of profile.profilestore; records the updated grains under their new reader as one compact pending change (channel profile:*, kind changed). Does nothing while silo.change_capture or silo.change_triggers is off.';
-
--- api.tg_profilestore__change_delete: internal. AFTER DELETE statement trigger of
--- profile.profilestore: one compact pending row (kind deleted) with the deleted grain rows, unless
--- api.change_triggers_on() says otherwise.
--- Raises: nothing.
-CREATE FUNCTION api.tg_profilestore__change_delete()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    IF api.change_triggers_on() THEN
-        INSERT INTO silo.change_pending (channel, kind, payload)
-        SELECT 'profile:*', 'deleted',
-               api.change_grains(array_agg(o.correlation_id), array_agg(o.profile_type), array_agg(o.reader), array_agg(o.path))
-        FROM old_rows o
-        HAVING count(*) > 0;
-    END IF;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION api.tg_profilestore__change_delete() IS
-    'Internal: AFTER DELETE statement trigger of profile.profilestore; records the deleted grain pits as one compact pending change (channel profile:*, kind deleted), which api.change_sequence expands into one change per profile and grain reader. Does nothing while silo.change_capture or silo.change_triggers is off.';
+COMMENT ON FUNCTION api.tg_profilestore__change() IS
+    'Internal: AFTER INSERT, UPDATE and DELETE statement trigger of profile.profilestore; records the grains written (kind changed, under their new reader) or deleted (kind deleted) as one compact pending change (channel profile:*), which api.change_sequence expands into one change per profile and grain reader. Does nothing while silo.change_capture or silo.change_triggers is off.';
 
 -- api.tg_profilestore__reader_change: internal. AFTER UPDATE row trigger of profile.profilestore
 -- for rows whose reader changed (whoever writes them): one compact pending row (kind changed) for
@@ -207,16 +163,16 @@ $$;
 COMMENT ON FUNCTION api.tg_profilestore__reader_change() IS
     'Internal: AFTER UPDATE row trigger of profile.profilestore, for rows whose reader changed; records the grain under its old reader (channel profile:*, kind changed) so that subscribers who could read it learn that it changed. Does nothing while silo.change_capture is off.';
 
--- Multi-event triggers may not have transition tables: one trigger per event.
+-- Multi-event triggers may not have transition tables: one trigger per event, one function.
 CREATE TRIGGER profilestore_change_insert AFTER INSERT ON profile.profilestore
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION api.tg_profilestore__change_insert();
+    REFERENCING NEW TABLE AS grains
+    FOR EACH STATEMENT EXECUTE FUNCTION api.tg_profilestore__change();
 CREATE TRIGGER profilestore_change_update AFTER UPDATE ON profile.profilestore
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION api.tg_profilestore__change_update();
+    REFERENCING NEW TABLE AS grains
+    FOR EACH STATEMENT EXECUTE FUNCTION api.tg_profilestore__change();
 CREATE TRIGGER profilestore_change_delete AFTER DELETE ON profile.profilestore
-    REFERENCING OLD TABLE AS old_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION api.tg_profilestore__change_delete();
+    REFERENCING OLD TABLE AS grains
+    FOR EACH STATEMENT EXECUTE FUNCTION api.tg_profilestore__change();
 CREATE TRIGGER profilestore_reader_change AFTER UPDATE OF reader ON profile.profilestore
     FOR EACH ROW WHEN (OLD.reader IS DISTINCT FROM NEW.reader)
     EXECUTE FUNCTION api.tg_profilestore__reader_change();
