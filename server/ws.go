@@ -374,6 +374,12 @@ func (s *session) failed(err error) (int, string) {
 	if s.h.ctx.Err() != nil {
 		return websocket.CloseGoingAway, s.resumeReason("server shutting down")
 	}
+	select {
+	case <-s.c.kicked:
+		// The hub ended the connection while the writer was busy (a subscribe found it gone).
+		return s.c.kickCode, s.resumeReason(s.c.kickWhy)
+	default:
+	}
 	s.h.log.Error("websocket error", "err", err)
 	return websocket.CloseInternalServerErr, s.resumeReason("server error")
 }

@@ -115,6 +115,16 @@ func (b *wsBundle) settled(t *testing.T) {
 	}
 }
 
+// fannedOut waits until the hub has handed out every change up to id.
+func (b *wsBundle) fannedOut(t *testing.T, id int64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for b.hub.LastID() < id {
+		require.True(t, time.Now().Before(deadline), "the hub stays at %d, before %d", b.hub.LastID(), id)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // expectedIDs lists the ids of the changes after after whose channel starts with prefix and that
 // readers may see (nil: all), from the change log.
 func (b *wsBundle) expectedIDs(t *testing.T, prefix string, after int64, readers []string) []int64 {
@@ -401,6 +411,9 @@ func TestWSReportsAnExpiredResume(t *testing.T) {
 	last, err := db.New(b.pool).ChangeSequence(ctx, true)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), last)
+	// The hub must have fanned the three out before the trim, or it finds itself behind the log
+	// and disconnects everyone (4002, tested below).
+	b.fannedOut(t, last)
 	_, err = b.pool.Exec(ctx, `UPDATE silo.changes SET sequenced = now() - interval '2 days' WHERE id <= 2`)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(ctx, `SELECT api.change_trim()`)
