@@ -46,8 +46,11 @@
 --   overwrite, _array_remove on a missing grain, _delete/_set_ttl/_set_ttn that matched no pit).
 -- * Concurrency: values that are read and rewritten are locked (FOR UPDATE) first, except the
 --   counter of _inc, which is read and rewritten inside its upsert (that locks the row it
---   updates); so concurrent writers of one grain do not lose updates. Silo also applies the
---   updates of one correlation id in order.
+--   updates). So concurrent writers of an existing grain do not lose updates. Two transactions
+--   that create the same grain at the same moment do not wait for each other (there is no row to
+--   lock yet): the later one overwrites the new _latest as if it had been first (a counter adds
+--   up even then). The asynchronous updater (api.profile_enqueue) applies the updates of one
+--   correlation id one after another, in order.
 
 -- One validated update message, as the batch carries it from validation to application.
 CREATE TYPE api.profile_update AS (
@@ -598,13 +601,17 @@ BEGIN
         ON CONFLICT DO NOTHING
         RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path, profilestore.reader
     ), upd AS (
-        -- New values of an existing _latest: the row read and locked above.
+        -- New values of an existing _latest: the row read and locked above, found by its key, not
+        -- by the ctid read: when a concurrent writer committed a newer version while this statement
+        -- waited for the lock, the lock returned that version, which the statement's snapshot does
+        -- not see; the key leads UPDATE to it.
         UPDATE profile.profilestore p
         SET value = d.newval, certainty = d.w_certainty, grain_type = d.grain_type, inserted = d.inserted,
             ttl = d.w_ttl, reader = d.w_reader, origin = d.w_origin, ttn = d.w_ttn,
             expires_at = api.profile_expiry(d.inserted, d.w_ttl), notify_at = api.profile_expiry(d.inserted, d.w_ttn)
         FROM d
-        WHERE d.st = 'ok' AND d.o_tid IS NOT NULL AND p.ctid = d.o_tid
+        WHERE d.st = 'ok' AND d.o_tid IS NOT NULL
+          AND p.correlation_id = d.target AND p.profile_type = d.profile_type AND p.path = d.path AND p.pit = '_latest'
         RETURNING p.correlation_id, p.profile_type, p.path, p.reader
     ), ins AS (
         -- New _latest values where there was none. One may have appeared since: if it has another
