@@ -1064,15 +1064,7 @@ func TestProfileApplyBatchEquivalence(t *testing.T) {
 		}
 		batchJSON := json.RawMessage(e.ids.Replace("[" + strings.Join(msgs, ",") + "]"))
 
-		var batchRows []db.ProfileApplyBatchRow
-		var batchState string
-		require.Error(t, dbtest.Savepoint(t, e.tx, func(tx pgx.Tx) error {
-			var err error
-			batchRows, err = db.New(tx).ProfileApplyBatch(e.ctx, batchJSON)
-			require.NoError(t, err)
-			batchState = e.state(tx, names)
-			return errors.New("roll the batch back")
-		}))
+		batchRows, batchState := e.applyRolledBack(batchJSON, names)
 
 		var oneRows []db.ProfileApplyBatchRow
 		require.NoError(t, dbtest.Savepoint(t, e.tx, func(tx pgx.Tx) error {
@@ -1101,6 +1093,22 @@ func TestProfileApplyBatchEquivalence(t *testing.T) {
 	for _, k := range []string{"ok", "noop", "dead_letter", "SPTYP", "SPLNK", "SPMSG"} {
 		require.Positive(t, seen[k], "no %s in %v", k, seen)
 	}
+}
+
+// applyRolledBack applies a batch in a savepoint that it rolls back, and returns the results and
+// the profiles' rows as the batch left them.
+func (e *applyEnv) applyRolledBack(batch json.RawMessage, names []string) ([]db.ProfileApplyBatchRow, string) {
+	e.t.Helper()
+	var rows []db.ProfileApplyBatchRow
+	var state string
+	require.Error(e.t, dbtest.Savepoint(e.t, e.tx, func(tx pgx.Tx) error {
+		var err error
+		rows, err = db.New(tx).ProfileApplyBatch(e.ctx, batch)
+		require.NoError(e.t, err)
+		state = e.state(tx, names)
+		return errors.New("roll the batch back")
+	}))
+	return rows, state
 }
 
 // state is every row of the profiles, as text.
@@ -1175,4 +1183,64 @@ func randomUpdate(rng *rand.Rand, names []string) string {
 	}
 	return `{"_operation":"` + op + `","_id":"` + id + `","_profile_type":` + pt + `,"_path":` + path +
 		`,"_value":{"_v":` + v + meta + `}}`
+}
+
+// Plain updates (the usual shapes) are validated by a short query, the others by the full one:
+// both give the same results and rows. Each random batch of plain-shaped updates is applied as
+// it is, then with "_origin": null added to every _value, which changes nothing but sends every
+// update through the full validation.
+func TestProfileApplyPlainAndFullValidationAgree(t *testing.T) {
+	t.Parallel()
+	e := newApplyEnv(t)
+	rng := rand.New(rand.NewSource(20261125))
+	names := []string{"$A", "$B"}
+	pick := func(xs ...string) string { return xs[rng.Intn(len(xs))] }
+	ops := []string{"_set", "_set_if_not_exist", "_set_with_history", "_set_with_history_distinct", "_set_max",
+		"_set_min", "_set_max_with_history", "_set_min_with_history", "_inc", "_array_append",
+		"_array_append_with_history", "_array_put", "_array_put_with_history", "_array_put_with_history_distinct",
+		"_array_remove", "_array_remove_with_history"}
+	apply := func(msgs []string, meta string) ([]db.ProfileApplyBatchRow, string) {
+		rows, state := e.applyRolledBack(json.RawMessage(e.ids.Replace("["+strings.ReplaceAll(strings.Join(msgs, ","), "META", meta)+"]")), names)
+		for i := range rows {
+			rows[i].DeadLetterID = nil
+		}
+		return rows, state
+	}
+	seen := map[string]int{}
+	for round := 0; round < 30; round++ {
+		msgs := make([]string, 1+rng.Intn(30))
+		for i := range msgs {
+			op := ops[rng.Intn(len(ops))]
+			var v string
+			switch {
+			case op == "_inc":
+				v = pick(`"0|1|1"`, `"10|0.5|-1"`, `"1e2|2|3"`, `"x"`)
+			case strings.HasPrefix(op, "_array_remove") || strings.HasPrefix(op, "_set_m"):
+				v = pick(`"5"`, `"12"`, `"b"`, `"2021-01-02"`, `["x"]`)
+			case strings.HasPrefix(op, "_array"):
+				v = pick(`["a"]`, `["a","b","a"]`, `[]`, `["c",1]`, `"a"`)
+			default:
+				v = pick(`"x"`, `"y"`, `["a","b"]`, `[]`, `5`, `null`)
+			}
+			c := pick(``, `,"_c":0.5`, `,"_c":1`, `,"_c":0`, `,"_c":1e-40`, `,"_c":null`, `,"_c":2`)
+			pt := pick(``, `,"_profile_type":"_d"`, `,"_profile_type":"t2"`, `,"_profile_type":null`)
+			path := pick(`["p"]`, `["q"]`, `["p","r"]`, `["p r","é"]`)
+			opField := `"_operation":"` + op + `",`
+			if op == "_set" && rng.Intn(3) == 0 {
+				opField = pick(``, `"_operation":null,`)
+			}
+			msgs[i] = `{` + opField + `"_id":"` + names[rng.Intn(len(names))] + `"` + pt + `,"_path":` + path +
+				`,"_value":{"_v":` + v + c + `META}}`
+		}
+		plainRows, plainState := apply(msgs, "")
+		fullRows, fullState := apply(msgs, `,"_origin":null`)
+		require.Equal(t, fullState, plainState, "round %d: %v", round, msgs)
+		require.Equal(t, fullRows, plainRows, "round %d: %v", round, msgs)
+		for _, r := range plainRows {
+			seen[r.Status]++
+		}
+	}
+	for _, k := range []string{"ok", "noop", "dead_letter"} {
+		require.Positive(t, seen[k], "no %s in %v", k, seen)
+	}
 }

@@ -237,6 +237,78 @@ $$;
 COMMENT ON FUNCTION api.profile_value_beats(text, text, boolean) IS
     'Internal: whether p_new is higher (p_max) or lower than p_old: numerically when both are JSON-number-shaped, else byte-wise; equal never wins.';
 
+-- api.profile_op_class: internal. The class of an operation, which decides how its _v is checked
+-- and what it writes: set (_set, _set_if_not_exist, _set_with_history, _set_with_history_distinct),
+-- max (_set_max, _set_min and their history forms), del (_delete), delh (_delete_with_history),
+-- inc, arr (_array_append, _array_put and their history forms), rem (_array_remove and its history
+-- form), ttl (_set_ttl, _set_ttn), link (_profile_link); NULL for anything else.
+-- Raises: nothing.
+CREATE FUNCTION api.profile_op_class(p_operation text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE p_operation
+        WHEN '_set' THEN 'set' WHEN '_set_if_not_exist' THEN 'set'
+        WHEN '_set_with_history' THEN 'set' WHEN '_set_with_history_distinct' THEN 'set'
+        WHEN '_set_max' THEN 'max' WHEN '_set_min' THEN 'max'
+        WHEN '_set_max_with_history' THEN 'max' WHEN '_set_min_with_history' THEN 'max'
+        WHEN '_delete' THEN 'del' WHEN '_delete_with_history' THEN 'delh'
+        WHEN '_inc' THEN 'inc'
+        WHEN '_array_append' THEN 'arr' WHEN '_array_append_with_history' THEN 'arr'
+        WHEN '_array_put' THEN 'arr' WHEN '_array_put_with_history' THEN 'arr'
+        WHEN '_array_put_with_history_distinct' THEN 'arr'
+        WHEN '_array_remove' THEN 'rem' WHEN '_array_remove_with_history' THEN 'rem'
+        WHEN '_set_ttl' THEN 'ttl' WHEN '_set_ttn' THEN 'ttl'
+        WHEN '_profile_link' THEN 'link'
+    END;
+$$;
+COMMENT ON FUNCTION api.profile_op_class(text) IS
+    'Internal: the class of a profile update operation (set, max, del, delh, inc, arr, rem, ttl, link), NULL for an unknown one.';
+
+-- api.profile_grain_type: internal. The grain type an update of operation class p_class writes
+-- with a _v of JSON type p_v_type: c for _inc, a for array operations and for a _set* of an array,
+-- t otherwise.
+-- Raises: nothing.
+CREATE FUNCTION api.profile_grain_type(p_class text, p_v_type text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE p_class WHEN 'set' THEN CASE WHEN p_v_type = 'array' THEN 'a' ELSE 't' END
+                        WHEN 'arr' THEN 'a' WHEN 'rem' THEN 'a' WHEN 'inc' THEN 'c'
+                        ELSE 't' END;
+$$;
+COMMENT ON FUNCTION api.profile_grain_type(text, text) IS
+    'Internal: the grain type (t, a, c) an update of operation class p_class writes with a _v of JSON type p_v_type.';
+
+-- api.profile_certainty: internal. A valid certainty (_c, a number in [0, 1]) as stored: real, with
+-- values too small for real stored as 0; NULL outside [0, 1].
+-- Raises: nothing.
+CREATE FUNCTION api.profile_certainty(p_c numeric)
+RETURNS real
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_c >= 1e-37 AND p_c <= 1 THEN p_c::real
+                WHEN p_c >= 0 AND p_c < 1e-37 THEN 0::real END;
+$$;
+COMMENT ON FUNCTION api.profile_certainty(numeric) IS
+    'Internal: a certainty in [0, 1] as stored (real; below 1e-37 stored as 0); NULL outside [0, 1].';
+
+-- api.profile_counter: internal. The counter of an _inc, initialvalue|stepsize|steps (three
+-- decimal numbers, exponents of at most three digits), as {initial, step, steps}; NULL when p_v is
+-- not one.
+-- Raises: nothing.
+CREATE FUNCTION api.profile_counter(p_v text)
+RETURNS numeric[]
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN length(p_v) <= 400
+                     AND p_v ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?\|[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?\|[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
+                THEN ARRAY[split_part(p_v, '|', 1)::numeric, split_part(p_v, '|', 2)::numeric,
+                           split_part(p_v, '|', 3)::numeric] END;
+$$;
+COMMENT ON FUNCTION api.profile_counter(text) IS
+    'Internal: an _inc counter initialvalue|stepsize|steps as {initial, step, steps}; NULL when the text is not one.';
+
 -- api.profile_path_check: internal. Validates a _path that is not in the plain form the batch
 -- query checks inline: returns {path, NULL} for a valid path (segments joined with "/", a leading
 -- "/"), else {NULL, reason}.
@@ -743,8 +815,10 @@ COMMENT ON FUNCTION api.profile_apply_round(api.profile_update[]) IS
 -- order, without any exception handling (api.profile_apply_batch guards it). Numbers the results
 -- from p_ord_offset + 1. Records dead letters when p_record (replays do not).
 --
--- Shape: one query validates the whole batch. The usual batch (no update changes profile links,
--- no grain comes twice) is one round: api.profile_apply_round applies all its valid updates
+-- Shape: a short query validates the plain updates (the usual shapes, see below) and a full one,
+-- which applies every rule, the others; both make the same rows (they share the helpers
+-- api.profile_op_class, api.profile_grain_type, api.profile_certainty and api.profile_counter).
+-- The usual batch (no update changes profile links, no grain comes twice) is one round: api.profile_apply_round applies all its valid updates
 -- set-based. Otherwise a second query splits the batch into segments (an update that changes
 -- profile links is a segment of its own, so every other segment sees fixed link targets) and
 -- rounds (the n-th update of each grain within a segment), and segment by segment, round by
@@ -769,263 +843,329 @@ DECLARE
     v_res       api.profile_apply_result[];
     v_dl_ids    bigint[];
     v_dead      record;
+    v_rest      integer[];
+    v_more      api.profile_update[];
 BEGIN
-    -- Validation: one query checks and normalises every update, in one pass over the batch, and
-    -- works out where each valid update writes. It treats the batch as one segment of one round;
-    -- when some update changes profile links or some grain may come twice, segments and rounds are
-    -- worked out below.
+    -- Validation, the short way: most updates are plain: a _set*, _set_max/_set_min, _inc, array
+    -- operation or _array_remove with a string _id, a string _profile_type other than profile_link
+    -- (or none), a path of plain segments none of which starts with "_", a _value with no metadata
+    -- but _c (a JSON number, or none), and the _v its operation needs. This query checks and
+    -- normalises those (the helpers it shares with the full query below make the same values) and
+    -- works out where they write; the ords of the others (v_rest) go through the full query.
     SELECT array_agg(ROW(
-               s.ord, s.op, s.cid, s.ptype, s.path, s.v, s.certainty, s.inserted, s.ttl, s.ttn, s.origin,
-               s.reader, s.gtype, s.inc, s.lc, s.target, CASE WHEN s.target IS NOT NULL THEN 1 END,
-               s.err[1], s.err[2], s.err[3])::api.profile_update),
-           bool_and(s.err IS NULL), bool_or(s.lc = 1),
+               f.ord, f.op, f.cid, f.ptype, f.path, f.v, api.profile_certainty(f.c_num), v_now, 'P100Y', 'P100Y',
+               NULL, '_auth', api.profile_grain_type(f.cls, f.v_type), f.inc, 0, f.target, 1,
+               NULL, NULL, NULL)::api.profile_update) FILTER (WHERE f.plain),
+           array_agg(f.ord) FILTER (WHERE NOT f.plain),
            -- A grain written twice (or a hash collision: then the rounds are worked out for nothing).
-           count(s.target) > count(DISTINCT hashtextextended(s.target || E'\x1f' || s.ptype || E'\x1f' || s.path, 0))
-    INTO v_updates, v_all_valid, v_links, v_twice
+           count(*) FILTER (WHERE f.plain)
+           > count(DISTINCT hashtextextended(f.target || E'\x1f' || f.ptype || E'\x1f' || f.path, 0)) FILTER (WHERE f.plain)
+    INTO v_updates, v_rest, v_twice
     FROM (
-        -- Where each valid update writes, if no update before it changes profile links.
-        SELECT r.*,
-               CASE WHEN r.err IS NOT NULL THEN NULL
-                    WHEN r.op IN ('_delete', '_delete_with_history', '_profile_link') OR r.ptype = 'profile_link' THEN r.cid
-                    WHEN EXISTS (SELECT 1 FROM profile.profilestore k
-                                 WHERE k.correlation_id = r.cid AND k.profile_type = 'profile_link'
+        SELECT g.ord, g.op, g.cid, g.ptype, g.path, g.v, g.v_type, g.cls, g.inc, g.c_num,
+               CASE WHEN EXISTS (SELECT 1 FROM profile.profilestore k
+                                 WHERE k.correlation_id = g.cid AND k.profile_type = 'profile_link'
                                    AND k.path = '/new' AND k.pit = '_latest')
-                        THEN api.profile_link_resolve(r.cid)
-                    ELSE r.cid
-               END AS target
+                    THEN api.profile_link_resolve(g.cid) ELSE g.cid END AS target,
+               coalesce(g.cls IN ('set', 'max', 'inc', 'arr', 'rem') AND g.cid <> '' AND g.ptype <> 'profile_link'
+                        AND g.path IS NOT NULL AND octet_length(g.cid) + octet_length(g.ptype) + octet_length(g.path) <= 2000
+                        AND g.val_obj AND NOT g.meta
+                        AND CASE g.cls WHEN 'set' THEN g.v_type = 'string' OR g.v_strings
+                                       WHEN 'arr' THEN g.v_strings
+                                       WHEN 'inc' THEN g.inc IS NOT NULL
+                                       ELSE g.v_type = 'string' END
+                        AND g.c_num >= 0 AND g.c_num <= 1, false) AS plain
         FROM (
-            -- lc: the update changes profile links.
-            SELECT b.ord, b.op, b.cid, b.ptype, b.path, b.v, b.certainty, b.inserted, b.ttl, b.ttn, b.origin,
-                   b.reader, b.gtype, b.inc, b.err,
-                   CASE WHEN b.err IS NULL AND (b.cls = 'link' OR (b.ptype = 'profile_link' AND b.cls IN ('del', 'delh')))
-                        THEN 1 ELSE 0 END AS lc
+            SELECT e.ord, e.op, e.cid, e.ptype, e.v, e.v_type, e.cls, e.val_obj, e.meta,
+                   -- A plain path: ["s1", "s2", ...] with no backslash, "/", empty segment or
+                   -- segment starting with "_", every quote a delimiter: the segments joined by "/".
+                   CASE WHEN left(e.path_txt, 2) = '["' AND right(e.path_txt, 2) = '"]'
+                             AND strpos(e.path_txt, '\') = 0 AND strpos(e.path_txt, '/') = 0
+                             AND strpos(e.path_txt, '""') = 0 AND strpos(e.path_txt, '"_') = 0
+                             AND strpos(e.path_join, '"') = 0
+                        THEN '/' || e.path_join END AS path,
+                   CASE WHEN e.v_type = 'array'
+                        THEN NOT EXISTS (SELECT 1 FROM jsonb_array_elements(e.v) AS x WHERE jsonb_typeof(x) <> 'string') END AS v_strings,
+                   CASE WHEN e.cls = 'inc' AND e.v_type = 'string' THEN api.profile_counter(e.v #>> '{}') END AS inc,
+                   CASE WHEN e.j_c IS NULL THEN 1::numeric
+                        ELSE CASE jsonb_typeof(e.j_c) WHEN 'number' THEN e.j_c::numeric WHEN 'null' THEN 1::numeric END
+                   END AS c_num
             FROM (
-                -- The first validation failure of each update, as {sqlstate, reason, context}: the
-                -- usual valid update is recognised by a short test, the others go through every rule.
-                SELECT c.*,
-                    CASE
-                    WHEN c.cls IN ('set', 'arr', 'inc', 'max', 'rem') AND c.cid <> '' AND c.ptype <> 'profile_link'
-                         AND c.path_res[2] IS NULL AND c.path_res[1] IS NOT NULL AND c.val_obj
-                         AND octet_length(c.cid) + octet_length(c.ptype) + octet_length(c.path_res[1]) <= 2000
-                         AND CASE c.cls WHEN 'set' THEN c.v_type = 'string' OR c.v_strings
-                                        WHEN 'arr' THEN c.v_strings
-                                        WHEN 'inc' THEN c.inc IS NOT NULL
-                                        ELSE c.v_type = 'string' END
-                         AND c.c_num >= 0 AND c.c_num <= 1 AND c.inserted IS NOT NULL
-                         AND c.ttl_err IS NULL AND c.ttn_err IS NULL AND NOT c.origin_bad AND c.reader <> ''
-                        THEN NULL
-                    WHEN NOT c.is_obj THEN
-                        ARRAY['SPMSG', 'Update must be a JSON object', 'validating the update message']
-                    WHEN c.op IS NULL THEN
-                        ARRAY['SPOPR', '_operation must be a String', 'validating _operation']
-                    WHEN c.cls IS NULL THEN
-                        ARRAY['SPOPR', 'Unknown operation ' || left(c.op, 100), 'validating _operation']
-                    WHEN c.j_id IS NULL OR c.j_id = 'null' THEN
-                        ARRAY['SPIDX', '_id can not be null', 'validating _id']
-                    WHEN c.cid IS NULL THEN
-                        ARRAY['SPIDX', '_id must be a String', 'validating _id']
-                    WHEN c.cid = '' THEN
-                        ARRAY['SPIDX', '_id can not be empty', 'validating _id']
-                    WHEN c.ptype IS NULL THEN
-                        ARRAY['SPMSG', '_profile_type must be a non-empty String', 'validating _profile_type']
-                    WHEN c.ptype = 'profile_link' AND c.op NOT IN ('_profile_link', '_delete', '_delete_with_history', '_set_ttl', '_set_ttn') THEN
-                        ARRAY['SPRSV', 'Profile type profile_link is reserved for profile links: only _profile_link, _delete, _delete_with_history, _set_ttl and _set_ttn may address it', 'validating _profile_type']
-                    WHEN c.path_res[2] IS NOT NULL THEN
-                        ARRAY['SPPTH', c.path_res[2], 'validating _path']
-                    WHEN octet_length(c.cid) + octet_length(c.ptype) + octet_length(c.path_res[1]) > 2000 THEN
-                        ARRAY['SPMSG', 'The grain key (_id, _profile_type, _path) is longer than 2000 bytes', 'validating _id, _profile_type and _path']
-                    WHEN c.j_val IS NULL OR c.j_val = 'null' THEN
-                        ARRAY['SPMSG', '_value can not be null', 'validating _value']
-                    WHEN NOT c.val_obj THEN
-                        ARRAY['SPMSG', '_value must be an Object', 'validating _value']
-                    WHEN c.v IS NULL OR c.v = 'null' THEN
-                        ARRAY['SPVAL', '_v can not be null', 'validating _v']
-                    WHEN c.cls = 'set' AND NOT (c.v_type = 'string' OR (c.v_type = 'array' AND c.v_strings)) THEN
-                        ARRAY['SPVAL', 'Value must be a String or an Array of Strings', 'validating _v for ' || c.op]
-                    WHEN c.cls IN ('max', 'rem', 'inc') AND c.v_type <> 'string' THEN
-                        ARRAY['SPVAL', 'Value must be a String', 'validating _v for ' || c.op]
-                    WHEN c.cls = 'inc' AND c.inc IS NULL THEN
-                        ARRAY['SPVAL', 'Value must be a counter like initialvalue|stepsize|steps, e.g. 0|1|1', 'validating _v for ' || c.op]
-                    WHEN c.cls = 'arr' AND c.v_type <> 'array' THEN
-                        ARRAY['SPVAL', 'Value must be an Array', 'validating _v for ' || c.op]
-                    WHEN c.cls = 'arr' AND NOT c.v_strings THEN
-                        ARRAY['SPVAL', 'Value must be an Array of Strings', 'validating _v for ' || c.op]
-                    WHEN c.cls = 'del' AND NOT (c.v = '""' OR (c.v_type = 'array' AND c.v_strings)) THEN
-                        ARRAY['SPVAL', 'Value must be "" or an Array of pits', 'validating _v for ' || c.op]
-                    WHEN c.cls = 'delh' AND c.v <> '""' THEN
-                        ARRAY['SPVAL', 'Value must be ""', 'validating _v for ' || c.op]
-                    WHEN c.cls = 'ttl' AND c.v_type = 'string' AND c.v_dur_err LIKE '% contains a negative number' THEN
-                        ARRAY['SPDUR', c.v_dur_err, 'validating _v for ' || c.op]
-                    WHEN c.cls = 'ttl' AND NOT (c.v = '""' OR (c.v_type = 'array' AND c.v_strings) OR (c.v_type = 'string' AND c.v_dur_err IS NULL)) THEN
-                        ARRAY['SPVAL', 'Value must be "", an Array of pits or an ISO 8601 duration', 'validating _v for ' || c.op]
-                    WHEN c.cls = 'link' AND NOT (c.v_type = 'string' AND c.v <> '""') THEN
-                        ARRAY['SPVAL', 'Value must be a non-empty String, the correlation id to link to', 'validating _v for ' || c.op]
-                    WHEN c.c_num IS NULL OR c.c_num < 0 OR c.c_num > 1 THEN
-                        ARRAY['SPCRT', 'Certainty (_c) must be a number between 0 and 1', 'validating _c']
-                    WHEN c.in_num IS NULL THEN
-                        ARRAY['SPINS', 'Creation timestamp (_in) must be epoch milliseconds or an ISO 8601 date', 'validating _in']
-                    WHEN c.in_num < 0 THEN
-                        ARRAY['SPINS', 'Creation timestamp (_in) can not be negative', 'validating _in']
-                    WHEN c.in_num <> trunc(c.in_num) THEN
-                        ARRAY['SPINS', 'Creation timestamp (_in) must be a whole number of milliseconds', 'validating _in']
-                    WHEN c.in_num > 253402300799999 THEN
-                        ARRAY['SPINS', 'Creation timestamp (_in) is out of range (after 9999-12-31)', 'validating _in']
-                    WHEN c.ttl_err IS NOT NULL THEN
-                        ARRAY['SPDUR', c.ttl_err, 'validating _ttl']
-                    WHEN c.ttn_err IS NOT NULL THEN
-                        ARRAY['SPDUR', c.ttn_err, 'validating _ttn']
-                    WHEN c.origin_bad THEN
-                        ARRAY['SPMSG', '_origin must be a String', 'validating _origin']
-                    WHEN c.reader IS NULL OR c.reader = '' THEN
-                        ARRAY['SPMSG', '_reader must be a non-empty String', 'validating _reader']
-                    END AS err,
-                    c.path_res[1] AS path,
-                    CASE WHEN c.c_num >= 1e-37 AND c.c_num <= 1 THEN c.c_num::real
-                         WHEN c.c_num >= 0 AND c.c_num < 1e-37 THEN 0::real END AS certainty,
-                    CASE c.cls WHEN 'set' THEN CASE WHEN c.v_type = 'array' THEN 'a' ELSE 't' END
-                               WHEN 'arr' THEN 'a' WHEN 'rem' THEN 'a' WHEN 'inc' THEN 'c'
-                               ELSE 't' END AS gtype
+                SELECT d.ord, d.op, api.profile_op_class(d.op) AS cls, d.v, jsonb_typeof(d.v) AS v_type, d.j_c,
+                       CASE WHEN jsonb_typeof(d.j_id) = 'string' THEN d.j_id #>> '{}' END AS cid,
+                       CASE WHEN d.j_pt IS NULL THEN '_d'
+                            ELSE CASE jsonb_typeof(d.j_pt) WHEN 'string' THEN nullif(d.j_pt #>> '{}', '')
+                                                           WHEN 'null' THEN '_d' END
+                       END AS ptype,
+                       d.path_txt, replace(left(substr(d.path_txt, 3), -2), '", "', '/') AS path_join,
+                       jsonb_typeof(d.j_val) = 'object' AS val_obj,
+                       d.j_val ?| '{_in,_ttl,_ttn,_origin,_reader}' AS meta
                 FROM (
-                    -- Each field normalised, NULL where it is invalid; the usual shapes (numbers,
-                    -- absent metadata, plain paths) take the short way, regular expressions and
-                    -- helper functions run only for the others.
-                    SELECT a.ord, a.is_obj, a.op, a.cid, a.cls, a.j_id, a.j_val, a.val_obj, a.v, a.v_type,
-                           a.v_strings, a.ttl, a.ttn, a.reader,
-                        CASE WHEN a.cls = 'link' THEN 'profile_link'
-                             WHEN a.j_pt IS NULL THEN '_d'
-                             ELSE CASE jsonb_typeof(a.j_pt) WHEN 'string' THEN nullif(a.j_pt #>> '{}', '')
-                                                            WHEN 'null' THEN '_d' END
-                        END AS ptype,
-                        -- {path, reason}: a path of plain segments is checked here, others by
-                        -- api.profile_path_check. Plain: the JSON text is ["s1", "s2", ...] with no
-                        -- backslash (so no escaped character: every quote delimits a string), no "/",
-                        -- no empty segment, and every quote inside is part of a ", " between two
-                        -- strings (path_join: the segments joined with "/").
-                        CASE WHEN a.op = '_profile_link' THEN '{/new,NULL}'::text[]
-                             WHEN left(a.path_txt, 2) = '["' AND right(a.path_txt, 2) = '"]'
-                                  AND strpos(a.path_txt, '\') = 0 AND strpos(a.path_txt, '/') = 0
-                                  AND strpos(a.path_txt, '""') = 0 AND strpos(a.path_join, '"') = 0
-                                 THEN ARRAY['/' || a.path_join,
-                                            CASE WHEN strpos(a.path_txt, '"_') > 0
-                                                      AND a.path_txt ~ '"(_latest|_[0-9]{8}T[0-9]{6}\.[0-9]{3}Z)"' THEN
-                                                     '_path segments can not be _latest or a point in time like _20210706T155637.111Z'
-                                                 WHEN left(a.path_txt, 6) = '["_id"' THEN
-                                                     '_path can not start with _id, the profile''s own id' END]
-                             ELSE api.profile_path_check(a.j_path) END AS path_res,
-                        CASE WHEN a.cls = 'inc' AND a.v_type = 'string' AND length(a.v #>> '{}') <= 400
-                                  AND (a.v #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?\|[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?\|[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
-                             THEN ARRAY[split_part(a.v #>> '{}', '|', 1)::numeric, split_part(a.v #>> '{}', '|', 2)::numeric,
-                                        split_part(a.v #>> '{}', '|', 3)::numeric] END AS inc,
-                        CASE WHEN a.cls = 'ttl' AND a.v_type = 'string' AND a.v <> '""'
-                             THEN api.profile_duration_error(a.v #>> '{}', 'Value (_v)') END AS v_dur_err,
-                        CASE WHEN a.j_c IS NULL THEN 1::numeric
-                             ELSE CASE jsonb_typeof(a.j_c)
-                                  WHEN 'number' THEN a.j_c::numeric
-                                  WHEN 'null' THEN 1::numeric
-                                  WHEN 'string' THEN
-                                      CASE WHEN length(a.j_c #>> '{}') <= 100
-                                                AND (a.j_c #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
-                                           THEN (a.j_c #>> '{}')::numeric END
-                                  END
-                        END AS c_num,
-                        a.in_num,
-                        CASE WHEN a.in_num >= 0 AND a.in_num <= 253402300799999 AND a.in_num = trunc(a.in_num)
-                             THEN a.in_num::bigint END AS inserted,
-                        CASE WHEN a.j_ttl IS NULL OR a.ttl = 'P100Y' THEN NULL
-                             ELSE CASE jsonb_typeof(a.j_ttl)
-                                  WHEN 'null' THEN NULL
-                                  WHEN 'string' THEN api.profile_duration_error(a.ttl, 'Time to live (_ttl)')
-                                  ELSE 'Time to live (_ttl) must be a String' END
-                        END AS ttl_err,
-                        CASE WHEN a.j_ttn IS NULL OR a.ttn = 'P100Y' THEN NULL
-                             ELSE CASE jsonb_typeof(a.j_ttn)
-                                  WHEN 'null' THEN NULL
-                                  WHEN 'string' THEN api.profile_duration_error(a.ttn, 'Time to notification (_ttn)')
-                                  ELSE 'Time to notification (_ttn) must be a String' END
-                        END AS ttn_err,
-                        CASE WHEN a.j_origin IS NULL THEN NULL
-                             WHEN jsonb_typeof(a.j_origin) = 'string' THEN a.j_origin #>> '{}' END AS origin,
-                        a.j_origin IS NOT NULL AND jsonb_typeof(a.j_origin) NOT IN ('string', 'null') AS origin_bad
-                    FROM (
-                        SELECT f.*,
-                            CASE f.op
-                                WHEN '_set' THEN 'set' WHEN '_set_if_not_exist' THEN 'set'
-                                WHEN '_set_with_history' THEN 'set' WHEN '_set_with_history_distinct' THEN 'set'
-                                WHEN '_set_max' THEN 'max' WHEN '_set_min' THEN 'max'
-                                WHEN '_set_max_with_history' THEN 'max' WHEN '_set_min_with_history' THEN 'max'
-                                WHEN '_delete' THEN 'del' WHEN '_delete_with_history' THEN 'delh'
-                                WHEN '_inc' THEN 'inc'
-                                WHEN '_array_append' THEN 'arr' WHEN '_array_append_with_history' THEN 'arr'
-                                WHEN '_array_put' THEN 'arr' WHEN '_array_put_with_history' THEN 'arr'
-                                WHEN '_array_put_with_history_distinct' THEN 'arr'
-                                WHEN '_array_remove' THEN 'rem' WHEN '_array_remove_with_history' THEN 'rem'
-                                WHEN '_set_ttl' THEN 'ttl' WHEN '_set_ttn' THEN 'ttl'
-                                WHEN '_profile_link' THEN 'link'
-                            END AS cls,
-                            jsonb_typeof(f.v) AS v_type,
-                            replace(left(substr(f.path_txt, 3), -2), '", "', '/') AS path_join,
-                            CASE WHEN jsonb_typeof(f.v) = 'array'
-                                 THEN NOT EXISTS (SELECT 1 FROM jsonb_array_elements(f.v) AS x
-                                                  WHERE jsonb_typeof(x) <> 'string') END AS v_strings,
-                            CASE WHEN f.j_in IS NULL THEN v_now::numeric
-                                 ELSE CASE jsonb_typeof(f.j_in)
-                                      WHEN 'number' THEN f.j_in::numeric
-                                      WHEN 'null' THEN v_now::numeric
-                                      WHEN 'string' THEN
-                                          CASE WHEN length(f.j_in #>> '{}') > 100 THEN NULL
-                                               WHEN (f.j_in #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
-                                                   THEN (f.j_in #>> '{}')::numeric
-                                               ELSE api.profile_in_parse(f.j_in #>> '{}') END
-                                      END
-                            END AS in_num,
-                            CASE WHEN f.j_ttl IS NULL THEN 'P100Y'
-                                 ELSE CASE jsonb_typeof(f.j_ttl) WHEN 'string' THEN f.j_ttl #>> '{}'
-                                                                 WHEN 'null' THEN 'P100Y' END
-                            END AS ttl,
-                            CASE WHEN f.j_ttn IS NULL THEN 'P100Y'
-                                 ELSE CASE jsonb_typeof(f.j_ttn) WHEN 'string' THEN f.j_ttn #>> '{}'
-                                                                 WHEN 'null' THEN 'P100Y' END
-                            END AS ttn,
-                            CASE WHEN f.j_reader IS NULL THEN '_auth'
-                                 ELSE CASE jsonb_typeof(f.j_reader) WHEN 'string' THEN f.j_reader #>> '{}'
-                                                                    WHEN 'null' THEN '_auth' END
-                            END AS reader
-                        FROM (
-                            SELECT e.ord, e.is_obj, e.j_id, e.j_pt, e.j_path, e.j_val, e.j_path::text AS path_txt,
-                                jsonb_typeof(e.j_val) = 'object' AS val_obj,
-                                CASE WHEN NOT e.is_obj THEN NULL
-                                     WHEN e.j_op IS NULL THEN '_set'
-                                     ELSE CASE jsonb_typeof(e.j_op) WHEN 'string' THEN e.j_op #>> '{}'
-                                                                    WHEN 'null' THEN '_set' END
-                                END AS op,
-                                CASE WHEN jsonb_typeof(e.j_id) = 'string' THEN e.j_id #>> '{}' END AS cid,
-                                e.j_val -> '_v' AS v, e.j_val -> '_c' AS j_c,
-                                -- Most updates carry no further metadata: one test instead of five lookups.
-                                CASE WHEN e.j_meta THEN e.j_val -> '_in' END AS j_in,
-                                CASE WHEN e.j_meta THEN e.j_val -> '_ttl' END AS j_ttl,
-                                CASE WHEN e.j_meta THEN e.j_val -> '_ttn' END AS j_ttn,
-                                CASE WHEN e.j_meta THEN e.j_val -> '_origin' END AS j_origin,
-                                CASE WHEN e.j_meta THEN e.j_val -> '_reader' END AS j_reader
-                            FROM (
-                                SELECT el.ord::integer AS ord, jsonb_typeof(el.m) = 'object' AS is_obj,
-                                       el.m -> '_operation' AS j_op, el.m -> '_id' AS j_id,
-                                       el.m -> '_profile_type' AS j_pt, el.m -> '_path' AS j_path,
-                                       el.m -> '_value' AS j_val,
-                                       (el.m -> '_value') ?| '{_in,_ttl,_ttn,_origin,_reader}' AS j_meta
-                                FROM jsonb_array_elements(p_updates) WITH ORDINALITY AS el(m, ord)
-                                OFFSET 0
-                            ) e
-                            OFFSET 0
-                        ) f
-                        OFFSET 0
-                    ) a
+                    SELECT el.ord::integer AS ord, coalesce(el.m ->> '_operation', '_set') AS op,
+                           el.m -> '_id' AS j_id, el.m -> '_profile_type' AS j_pt,
+                           (el.m -> '_path')::text AS path_txt, el.m -> '_value' AS j_val,
+                           el.m -> '_value' -> '_v' AS v, el.m -> '_value' -> '_c' AS j_c
+                    FROM jsonb_array_elements(p_updates) WITH ORDINALITY AS el(m, ord)
                     OFFSET 0
-                ) c
+                ) d
                 OFFSET 0
-            ) b
-        ) r
+            ) e
+            OFFSET 0
+        ) g
         OFFSET 0
-    ) s;
+    ) f;
+
+    -- Plain updates are valid and change no profile link.
+    v_all_valid := true;
+    v_links := false;
+
+    -- Validation, the full way, of the updates that are not plain: one query checks and normalises
+    -- them, in one pass, and works out where each valid one writes. It treats the batch as one
+    -- segment of one round; when some update changes profile links or some grain may come twice,
+    -- segments and rounds are worked out below.
+    IF v_rest IS NOT NULL THEN
+        SELECT array_agg(ROW(
+                   s.ord, s.op, s.cid, s.ptype, s.path, s.v, s.certainty, s.inserted, s.ttl, s.ttn, s.origin,
+                   s.reader, s.gtype, s.inc, s.lc, s.target, CASE WHEN s.target IS NOT NULL THEN 1 END,
+                   s.err[1], s.err[2], s.err[3])::api.profile_update),
+               bool_and(s.err IS NULL), bool_or(s.lc = 1),
+               -- A grain written twice (or a hash collision: then the rounds are worked out for nothing).
+               count(s.target) > count(DISTINCT hashtextextended(s.target || E'\x1f' || s.ptype || E'\x1f' || s.path, 0))
+        INTO v_more, v_all_valid, v_links, v_twice
+        FROM (
+            -- Where each valid update writes, if no update before it changes profile links.
+            SELECT r.*,
+                   CASE WHEN r.err IS NOT NULL THEN NULL
+                        WHEN r.op IN ('_delete', '_delete_with_history', '_profile_link') OR r.ptype = 'profile_link' THEN r.cid
+                        WHEN EXISTS (SELECT 1 FROM profile.profilestore k
+                                     WHERE k.correlation_id = r.cid AND k.profile_type = 'profile_link'
+                                       AND k.path = '/new' AND k.pit = '_latest')
+                            THEN api.profile_link_resolve(r.cid)
+                        ELSE r.cid
+                   END AS target
+            FROM (
+                -- lc: the update changes profile links.
+                SELECT b.ord, b.op, b.cid, b.ptype, b.path, b.v, b.certainty, b.inserted, b.ttl, b.ttn, b.origin,
+                       b.reader, b.gtype, b.inc, b.err,
+                       CASE WHEN b.err IS NULL AND (b.cls = 'link' OR (b.ptype = 'profile_link' AND b.cls IN ('del', 'delh')))
+                            THEN 1 ELSE 0 END AS lc
+                FROM (
+                    -- The first validation failure of each update, as {sqlstate, reason, context}: the
+                    -- usual valid update is recognised by a short test, the others go through every rule.
+                    SELECT c.*,
+                        CASE
+                        WHEN c.cls IN ('set', 'arr', 'inc', 'max', 'rem') AND c.cid <> '' AND c.ptype <> 'profile_link'
+                             AND c.path_res[2] IS NULL AND c.path_res[1] IS NOT NULL AND c.val_obj
+                             AND octet_length(c.cid) + octet_length(c.ptype) + octet_length(c.path_res[1]) <= 2000
+                             AND CASE c.cls WHEN 'set' THEN c.v_type = 'string' OR c.v_strings
+                                            WHEN 'arr' THEN c.v_strings
+                                            WHEN 'inc' THEN c.inc IS NOT NULL
+                                            ELSE c.v_type = 'string' END
+                             AND c.c_num >= 0 AND c.c_num <= 1 AND c.inserted IS NOT NULL
+                             AND c.ttl_err IS NULL AND c.ttn_err IS NULL AND NOT c.origin_bad AND c.reader <> ''
+                            THEN NULL
+                        WHEN NOT c.is_obj THEN
+                            ARRAY['SPMSG', 'Update must be a JSON object', 'validating the update message']
+                        WHEN c.op IS NULL THEN
+                            ARRAY['SPOPR', '_operation must be a String', 'validating _operation']
+                        WHEN c.cls IS NULL THEN
+                            ARRAY['SPOPR', 'Unknown operation ' || left(c.op, 100), 'validating _operation']
+                        WHEN c.j_id IS NULL OR c.j_id = 'null' THEN
+                            ARRAY['SPIDX', '_id can not be null', 'validating _id']
+                        WHEN c.cid IS NULL THEN
+                            ARRAY['SPIDX', '_id must be a String', 'validating _id']
+                        WHEN c.cid = '' THEN
+                            ARRAY['SPIDX', '_id can not be empty', 'validating _id']
+                        WHEN c.ptype IS NULL THEN
+                            ARRAY['SPMSG', '_profile_type must be a non-empty String', 'validating _profile_type']
+                        WHEN c.ptype = 'profile_link' AND c.op NOT IN ('_profile_link', '_delete', '_delete_with_history', '_set_ttl', '_set_ttn') THEN
+                            ARRAY['SPRSV', 'Profile type profile_link is reserved for profile links: only _profile_link, _delete, _delete_with_history, _set_ttl and _set_ttn may address it', 'validating _profile_type']
+                        WHEN c.path_res[2] IS NOT NULL THEN
+                            ARRAY['SPPTH', c.path_res[2], 'validating _path']
+                        WHEN octet_length(c.cid) + octet_length(c.ptype) + octet_length(c.path_res[1]) > 2000 THEN
+                            ARRAY['SPMSG', 'The grain key (_id, _profile_type, _path) is longer than 2000 bytes', 'validating _id, _profile_type and _path']
+                        WHEN c.j_val IS NULL OR c.j_val = 'null' THEN
+                            ARRAY['SPMSG', '_value can not be null', 'validating _value']
+                        WHEN NOT c.val_obj THEN
+                            ARRAY['SPMSG', '_value must be an Object', 'validating _value']
+                        WHEN c.v IS NULL OR c.v = 'null' THEN
+                            ARRAY['SPVAL', '_v can not be null', 'validating _v']
+                        WHEN c.cls = 'set' AND NOT (c.v_type = 'string' OR (c.v_type = 'array' AND c.v_strings)) THEN
+                            ARRAY['SPVAL', 'Value must be a String or an Array of Strings', 'validating _v for ' || c.op]
+                        WHEN c.cls IN ('max', 'rem', 'inc') AND c.v_type <> 'string' THEN
+                            ARRAY['SPVAL', 'Value must be a String', 'validating _v for ' || c.op]
+                        WHEN c.cls = 'inc' AND c.inc IS NULL THEN
+                            ARRAY['SPVAL', 'Value must be a counter like initialvalue|stepsize|steps, e.g. 0|1|1', 'validating _v for ' || c.op]
+                        WHEN c.cls = 'arr' AND c.v_type <> 'array' THEN
+                            ARRAY['SPVAL', 'Value must be an Array', 'validating _v for ' || c.op]
+                        WHEN c.cls = 'arr' AND NOT c.v_strings THEN
+                            ARRAY['SPVAL', 'Value must be an Array of Strings', 'validating _v for ' || c.op]
+                        WHEN c.cls = 'del' AND NOT (c.v = '""' OR (c.v_type = 'array' AND c.v_strings)) THEN
+                            ARRAY['SPVAL', 'Value must be "" or an Array of pits', 'validating _v for ' || c.op]
+                        WHEN c.cls = 'delh' AND c.v <> '""' THEN
+                            ARRAY['SPVAL', 'Value must be ""', 'validating _v for ' || c.op]
+                        WHEN c.cls = 'ttl' AND c.v_type = 'string' AND c.v_dur_err LIKE '% contains a negative number' THEN
+                            ARRAY['SPDUR', c.v_dur_err, 'validating _v for ' || c.op]
+                        WHEN c.cls = 'ttl' AND NOT (c.v = '""' OR (c.v_type = 'array' AND c.v_strings) OR (c.v_type = 'string' AND c.v_dur_err IS NULL)) THEN
+                            ARRAY['SPVAL', 'Value must be "", an Array of pits or an ISO 8601 duration', 'validating _v for ' || c.op]
+                        WHEN c.cls = 'link' AND NOT (c.v_type = 'string' AND c.v <> '""') THEN
+                            ARRAY['SPVAL', 'Value must be a non-empty String, the correlation id to link to', 'validating _v for ' || c.op]
+                        WHEN c.c_num IS NULL OR c.c_num < 0 OR c.c_num > 1 THEN
+                            ARRAY['SPCRT', 'Certainty (_c) must be a number between 0 and 1', 'validating _c']
+                        WHEN c.in_num IS NULL THEN
+                            ARRAY['SPINS', 'Creation timestamp (_in) must be epoch milliseconds or an ISO 8601 date', 'validating _in']
+                        WHEN c.in_num < 0 THEN
+                            ARRAY['SPINS', 'Creation timestamp (_in) can not be negative', 'validating _in']
+                        WHEN c.in_num <> trunc(c.in_num) THEN
+                            ARRAY['SPINS', 'Creation timestamp (_in) must be a whole number of milliseconds', 'validating _in']
+                        WHEN c.in_num > 253402300799999 THEN
+                            ARRAY['SPINS', 'Creation timestamp (_in) is out of range (after 9999-12-31)', 'validating _in']
+                        WHEN c.ttl_err IS NOT NULL THEN
+                            ARRAY['SPDUR', c.ttl_err, 'validating _ttl']
+                        WHEN c.ttn_err IS NOT NULL THEN
+                            ARRAY['SPDUR', c.ttn_err, 'validating _ttn']
+                        WHEN c.origin_bad THEN
+                            ARRAY['SPMSG', '_origin must be a String', 'validating _origin']
+                        WHEN c.reader IS NULL OR c.reader = '' THEN
+                            ARRAY['SPMSG', '_reader must be a non-empty String', 'validating _reader']
+                        END AS err,
+                        c.path_res[1] AS path,
+                        api.profile_certainty(c.c_num) AS certainty,
+                        api.profile_grain_type(c.cls, c.v_type) AS gtype
+                    FROM (
+                        -- Each field normalised, NULL where it is invalid; the usual shapes (numbers,
+                        -- absent metadata, plain paths) take the short way, regular expressions and
+                        -- helper functions run only for the others.
+                        SELECT a.ord, a.is_obj, a.op, a.cid, a.cls, a.j_id, a.j_val, a.val_obj, a.v, a.v_type,
+                               a.v_strings, a.ttl, a.ttn, a.reader,
+                            CASE WHEN a.cls = 'link' THEN 'profile_link'
+                                 WHEN a.j_pt IS NULL THEN '_d'
+                                 ELSE CASE jsonb_typeof(a.j_pt) WHEN 'string' THEN nullif(a.j_pt #>> '{}', '')
+                                                                WHEN 'null' THEN '_d' END
+                            END AS ptype,
+                            -- {path, reason}: a path of plain segments is checked here, others by
+                            -- api.profile_path_check. Plain: the JSON text is ["s1", "s2", ...] with no
+                            -- backslash (so no escaped character: every quote delimits a string), no "/",
+                            -- no empty segment, and every quote inside is part of a ", " between two
+                            -- strings (path_join: the segments joined with "/").
+                            CASE WHEN a.op = '_profile_link' THEN '{/new,NULL}'::text[]
+                                 WHEN left(a.path_txt, 2) = '["' AND right(a.path_txt, 2) = '"]'
+                                      AND strpos(a.path_txt, '\') = 0 AND strpos(a.path_txt, '/') = 0
+                                      AND strpos(a.path_txt, '""') = 0 AND strpos(a.path_join, '"') = 0
+                                     THEN ARRAY['/' || a.path_join,
+                                                CASE WHEN strpos(a.path_txt, '"_') > 0
+                                                          AND a.path_txt ~ '"(_latest|_[0-9]{8}T[0-9]{6}\.[0-9]{3}Z)"' THEN
+                                                         '_path segments can not be _latest or a point in time like _20210706T155637.111Z'
+                                                     WHEN left(a.path_txt, 6) = '["_id"' THEN
+                                                         '_path can not start with _id, the profile''s own id' END]
+                                 ELSE api.profile_path_check(a.j_path) END AS path_res,
+                            CASE WHEN a.cls = 'inc' AND a.v_type = 'string' THEN api.profile_counter(a.v #>> '{}') END AS inc,
+                            CASE WHEN a.cls = 'ttl' AND a.v_type = 'string' AND a.v <> '""'
+                                 THEN api.profile_duration_error(a.v #>> '{}', 'Value (_v)') END AS v_dur_err,
+                            CASE WHEN a.j_c IS NULL THEN 1::numeric
+                                 ELSE CASE jsonb_typeof(a.j_c)
+                                      WHEN 'number' THEN a.j_c::numeric
+                                      WHEN 'null' THEN 1::numeric
+                                      WHEN 'string' THEN
+                                          CASE WHEN length(a.j_c #>> '{}') <= 100
+                                                    AND (a.j_c #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
+                                               THEN (a.j_c #>> '{}')::numeric END
+                                      END
+                            END AS c_num,
+                            a.in_num,
+                            CASE WHEN a.in_num >= 0 AND a.in_num <= 253402300799999 AND a.in_num = trunc(a.in_num)
+                                 THEN a.in_num::bigint END AS inserted,
+                            CASE WHEN a.j_ttl IS NULL OR a.ttl = 'P100Y' THEN NULL
+                                 ELSE CASE jsonb_typeof(a.j_ttl)
+                                      WHEN 'null' THEN NULL
+                                      WHEN 'string' THEN api.profile_duration_error(a.ttl, 'Time to live (_ttl)')
+                                      ELSE 'Time to live (_ttl) must be a String' END
+                            END AS ttl_err,
+                            CASE WHEN a.j_ttn IS NULL OR a.ttn = 'P100Y' THEN NULL
+                                 ELSE CASE jsonb_typeof(a.j_ttn)
+                                      WHEN 'null' THEN NULL
+                                      WHEN 'string' THEN api.profile_duration_error(a.ttn, 'Time to notification (_ttn)')
+                                      ELSE 'Time to notification (_ttn) must be a String' END
+                            END AS ttn_err,
+                            CASE WHEN a.j_origin IS NULL THEN NULL
+                                 WHEN jsonb_typeof(a.j_origin) = 'string' THEN a.j_origin #>> '{}' END AS origin,
+                            a.j_origin IS NOT NULL AND jsonb_typeof(a.j_origin) NOT IN ('string', 'null') AS origin_bad
+                        FROM (
+                            SELECT f.*,
+                                api.profile_op_class(f.op) AS cls,
+                                jsonb_typeof(f.v) AS v_type,
+                                replace(left(substr(f.path_txt, 3), -2), '", "', '/') AS path_join,
+                                CASE WHEN jsonb_typeof(f.v) = 'array'
+                                     THEN NOT EXISTS (SELECT 1 FROM jsonb_array_elements(f.v) AS x
+                                                      WHERE jsonb_typeof(x) <> 'string') END AS v_strings,
+                                CASE WHEN f.j_in IS NULL THEN v_now::numeric
+                                     ELSE CASE jsonb_typeof(f.j_in)
+                                          WHEN 'number' THEN f.j_in::numeric
+                                          WHEN 'null' THEN v_now::numeric
+                                          WHEN 'string' THEN
+                                              CASE WHEN length(f.j_in #>> '{}') > 100 THEN NULL
+                                                   WHEN (f.j_in #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
+                                                       THEN (f.j_in #>> '{}')::numeric
+                                                   ELSE api.profile_in_parse(f.j_in #>> '{}') END
+                                          END
+                                END AS in_num,
+                                CASE WHEN f.j_ttl IS NULL THEN 'P100Y'
+                                     ELSE CASE jsonb_typeof(f.j_ttl) WHEN 'string' THEN f.j_ttl #>> '{}'
+                                                                     WHEN 'null' THEN 'P100Y' END
+                                END AS ttl,
+                                CASE WHEN f.j_ttn IS NULL THEN 'P100Y'
+                                     ELSE CASE jsonb_typeof(f.j_ttn) WHEN 'string' THEN f.j_ttn #>> '{}'
+                                                                     WHEN 'null' THEN 'P100Y' END
+                                END AS ttn,
+                                CASE WHEN f.j_reader IS NULL THEN '_auth'
+                                     ELSE CASE jsonb_typeof(f.j_reader) WHEN 'string' THEN f.j_reader #>> '{}'
+                                                                        WHEN 'null' THEN '_auth' END
+                                END AS reader
+                            FROM (
+                                SELECT e.ord, e.is_obj, e.j_id, e.j_pt, e.j_path, e.j_val, e.j_path::text AS path_txt,
+                                    jsonb_typeof(e.j_val) = 'object' AS val_obj,
+                                    CASE WHEN NOT e.is_obj THEN NULL
+                                         WHEN e.j_op IS NULL THEN '_set'
+                                         ELSE CASE jsonb_typeof(e.j_op) WHEN 'string' THEN e.j_op #>> '{}'
+                                                                        WHEN 'null' THEN '_set' END
+                                    END AS op,
+                                    CASE WHEN jsonb_typeof(e.j_id) = 'string' THEN e.j_id #>> '{}' END AS cid,
+                                    e.j_val -> '_v' AS v, e.j_val -> '_c' AS j_c,
+                                    -- Most updates carry no further metadata: one test instead of five lookups.
+                                    CASE WHEN e.j_meta THEN e.j_val -> '_in' END AS j_in,
+                                    CASE WHEN e.j_meta THEN e.j_val -> '_ttl' END AS j_ttl,
+                                    CASE WHEN e.j_meta THEN e.j_val -> '_ttn' END AS j_ttn,
+                                    CASE WHEN e.j_meta THEN e.j_val -> '_origin' END AS j_origin,
+                                    CASE WHEN e.j_meta THEN e.j_val -> '_reader' END AS j_reader
+                                FROM (
+                                    SELECT el.ord::integer AS ord, jsonb_typeof(el.m) = 'object' AS is_obj,
+                                           el.m -> '_operation' AS j_op, el.m -> '_id' AS j_id,
+                                           el.m -> '_profile_type' AS j_pt, el.m -> '_path' AS j_path,
+                                           el.m -> '_value' AS j_val,
+                                           (el.m -> '_value') ?| '{_in,_ttl,_ttn,_origin,_reader}' AS j_meta
+                                    FROM jsonb_array_elements(p_updates) WITH ORDINALITY AS el(m, ord)
+                                    WHERE el.ord = ANY (v_rest)
+                                    OFFSET 0
+                                ) e
+                                OFFSET 0
+                            ) f
+                            OFFSET 0
+                        ) a
+                        OFFSET 0
+                    ) c
+                    OFFSET 0
+                ) b
+            ) r
+            OFFSET 0
+        ) s;
+        -- Both kinds: every grain counts for grains written twice.
+        IF v_updates IS NOT NULL THEN
+            SELECT count(u.target) > count(DISTINCT hashtextextended(u.target || E'\x1f' || u.profile_type || E'\x1f' || u.path, 0))
+            INTO v_twice
+            FROM unnest(v_updates || v_more) AS u;
+        END IF;
+        v_updates := coalesce(v_updates, '{}') || v_more;
+    END IF;
 
     IF v_updates IS NULL THEN
         RETURN;
@@ -1123,7 +1263,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_apply_core(jsonb, integer, boolean) IS
-    'Internal: validates and applies a JSON array of profile updates in batch order (one set-based validation query; the usual batch is one round, otherwise segments and set-based rounds of updates of distinct grains); no exception handling; records dead letters when p_record.';
+    'Internal: validates and applies a JSON array of profile updates in batch order (set-based: a short query for plain updates, the full one for the others; the usual batch is one round, otherwise segments and set-based rounds of updates of distinct grains); no exception handling; records dead letters when p_record.';
 
 -- api.profile_apply_safe: internal. The batch again, each update in its own subtransaction, so an
 -- unexpected error rejects only the update that raised it: it goes to the dead letter table with
