@@ -425,16 +425,17 @@ COMMENT ON FUNCTION api.profile_dead_letter_add(jsonb, text, text, text) IS
 -- every update, archive old values to their history pits, write the new _latest values, delete
 -- pits, set durations. A history pit that is taken moves forward by 1 ms until it is free (one more
 -- statement, only when that happens). Updates of distinct grains do not affect each other, so
--- this gives what applying them one by one gives. Returns one result per update; expected
--- rejections (grain type differs from the existing grain's: SPTYP; profile link cycle: SPLNK) come
--- back as dead_letter results without a dead letter id: the caller records them.
+-- this gives what applying them one by one gives. Returns one result per update, or with p_ok
+-- false only those that are not ok (an update without a result is ok and wrote its target);
+-- expected rejections (grain type differs from the existing grain's: SPTYP; profile link cycle:
+-- SPLNK) come back as dead_letter results without a dead letter id: the caller records them.
 -- Change notifications: each statement records the grains it wrote or deleted (from its RETURNING
 -- rows) in silo.change_pending itself, as compact rows (sql/030_changes.sql), unless
 -- silo.change_capture is off; the function runs with silo.change_triggers off, so the statement
 -- triggers of profile.profilestore stay idle. It also runs with generic plans: its statements are
 -- large, and planning them anew for every small batch cost more than applying it.
 -- Raises: nothing of its own; an unexpected error propagates (api.profile_apply_batch handles it).
-CREATE FUNCTION api.profile_apply_round(p_round api.profile_update[])
+CREATE FUNCTION api.profile_apply_round(p_round api.profile_update[], p_ok boolean)
 RETURNS api.profile_apply_result[]
 LANGUAGE plpgsql VOLATILE
 SET silo.change_triggers = off
@@ -443,7 +444,7 @@ AS $$
 DECLARE
     v_res     api.profile_apply_result[];
     v_part    api.profile_apply_result[];
-    v_others  boolean;
+    v_sent    bigint;
     v_written bigint;
     v_clashes jsonb;
     v_clash   integer[];
@@ -503,16 +504,17 @@ BEGIN
         WHERE i.clash IS NULL
         HAVING count(*) > 0 AND api.change_capture_on()
     )
-    SELECT (SELECT array_agg(ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::api.profile_apply_result)
-            FROM unnest(p_round) AS u
-            WHERE u.operation IN ('_set', '_inc')),
-           EXISTS (SELECT 1 FROM unnest(p_round) AS u WHERE u.operation NOT IN ('_set', '_inc')),
-           count(*),
-           jsonb_agg(i.clash) FILTER (WHERE i.clash IS NOT NULL)
-    INTO v_res, v_others, v_written, v_clashes
-    FROM ins AS i;
+    SELECT o.sent, o.ok, i.written, i.clashes
+    INTO v_sent, v_res, v_written, v_clashes
+    FROM (SELECT count(*) AS written, jsonb_agg(i.clash) FILTER (WHERE i.clash IS NOT NULL) AS clashes
+          FROM ins AS i) AS i,
+         (SELECT count(*) AS sent,
+                 array_agg(ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::api.profile_apply_result)
+                     FILTER (WHERE p_ok) AS ok
+          FROM unnest(p_round) AS u
+          WHERE u.operation IN ('_set', '_inc')) AS o;
 
-    IF v_written < coalesce(cardinality(v_res), 0) OR v_clashes IS NOT NULL THEN
+    IF v_written < v_sent OR v_clashes IS NOT NULL THEN
         -- Rows not written (the _latest has another grain type: the conflicting row stays locked by
         -- the upsert, so it still has that type) and new rows that clash with the grain's history.
         v_res := ARRAY(
@@ -531,7 +533,8 @@ BEGIN
             LEFT JOIN LATERAL (
                 SELECT x ->> 3 AS clash FROM jsonb_array_elements(v_clashes) AS x
                 WHERE x ->> 0 = u.target AND x ->> 1 = u.profile_type AND x ->> 2 = u.path) c ON true
-            WHERE u.operation IN ('_set', '_inc'));
+            WHERE u.operation IN ('_set', '_inc')
+              AND (p_ok OR (c.clash IS NOT NULL OR p.grain_type::text <> u.grain_type) IS TRUE));
         -- A new _latest whose grain's history has another type: not written after all.
         IF v_clashes IS NOT NULL THEN
             DELETE FROM profile.profilestore p
@@ -541,7 +544,7 @@ BEGIN
         END IF;
     END IF;
 
-    IF NOT v_others THEN
+    IF v_sent = cardinality(p_round) THEN
         RETURN v_res;
     END IF;
 
@@ -770,7 +773,7 @@ BEGIN
     LEFT JOIN hit ON hit.ord = d.ord
     LEFT JOIN arch ON arch.correlation_id = d.target AND arch.profile_type = d.profile_type AND arch.path = d.path
     LEFT JOIN ins ON ins.correlation_id = d.target AND ins.profile_type = d.profile_type AND ins.path = d.path;
-    v_res := v_res || v_part;
+    v_res := v_res || CASE WHEN p_ok THEN v_part ELSE ARRAY(SELECT r FROM unnest(v_part) AS r WHERE r.status <> 'ok') END;
 
     -- A new _latest whose grain's history has another type: not written after all.
     IF v_clash IS NOT NULL THEN
@@ -808,7 +811,7 @@ BEGIN
     RETURN v_res;
 END
 $$;
-COMMENT ON FUNCTION api.profile_apply_round(api.profile_update[]) IS
+COMMENT ON FUNCTION api.profile_apply_round(api.profile_update[], boolean) IS
     'Internal: applies validated profile updates of distinct grains set-based (_set and _inc by one upsert, every other operation by one statement that reads and locks, decides, archives, writes, deletes and sets durations); grain type mismatches (SPTYP) and profile link cycles (SPLNK) come back as dead_letter results.';
 
 -- api.profile_apply_core: internal. Validates and applies a JSON array of update messages in
@@ -859,7 +862,7 @@ BEGIN
            array_agg(f.ord) FILTER (WHERE NOT f.plain),
            -- A grain written twice (or a hash collision: then the rounds are worked out for nothing).
            count(*) FILTER (WHERE f.plain)
-           > count(DISTINCT hashtextextended(f.target || E'\x1f' || f.ptype || E'\x1f' || f.path, 0)) FILTER (WHERE f.plain)
+           > count(DISTINCT hashtextextended(f.path, hashtextextended(f.ptype, hashtextextended(f.target, 0)))) FILTER (WHERE f.plain)
     INTO v_updates, v_rest, v_twice
     FROM (
         SELECT g.ord, g.op, g.cid, g.ptype, g.path, g.v, g.v_type, g.cls, g.inc, g.c_num,
@@ -930,7 +933,7 @@ BEGIN
                    s.err[1], s.err[2], s.err[3])::api.profile_update),
                bool_and(s.err IS NULL), bool_or(s.lc = 1),
                -- A grain written twice (or a hash collision: then the rounds are worked out for nothing).
-               count(s.target) > count(DISTINCT hashtextextended(s.target || E'\x1f' || s.ptype || E'\x1f' || s.path, 0))
+               count(s.target) > count(DISTINCT hashtextextended(s.path, hashtextextended(s.ptype, hashtextextended(s.target, 0))))
         INTO v_more, v_all_valid, v_links, v_twice
         FROM (
             -- Where each valid update writes, if no update before it changes profile links.
@@ -1160,7 +1163,7 @@ BEGIN
         ) s;
         -- Both kinds: every grain counts for grains written twice.
         IF v_updates IS NOT NULL THEN
-            SELECT count(u.target) > count(DISTINCT hashtextextended(u.target || E'\x1f' || u.profile_type || E'\x1f' || u.path, 0))
+            SELECT count(u.target) > count(DISTINCT hashtextextended(u.path, hashtextextended(u.profile_type, hashtextextended(u.target, 0))))
             INTO v_twice
             FROM unnest(v_updates || v_more) AS u;
         END IF;
@@ -1215,7 +1218,7 @@ BEGIN
     END IF;
 
     IF v_simple THEN
-        v_res := api.profile_apply_round(v_updates);
+        v_res := api.profile_apply_round(v_updates, false);
     ELSE
         FOR v_seg IN 0 .. v_max_seg LOOP
             IF v_seg % 2 = 0 AND v_seg > 0 THEN
@@ -1238,7 +1241,7 @@ BEGIN
             FOR v_round IN 1 .. v_max_round LOOP
                 v_res := v_res || api.profile_apply_round(
                     CASE WHEN v_max_round = 1 THEN v_rows
-                         ELSE ARRAY(SELECT u FROM unnest(v_rows) AS u WHERE u.round = v_round) END);
+                         ELSE ARRAY(SELECT u FROM unnest(v_rows) AS u WHERE u.round = v_round) END, true);
             END LOOP;
         END LOOP;
     END IF;
@@ -1255,11 +1258,14 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- An update without a result is ok and wrote its target (the usual batch's rounds return only
+    -- the other results).
     RETURN QUERY
-    SELECT r.ord + p_ord_offset, r.status, r.operation, r.correlation_id, r.sqlstate, r.reason, r.context,
-           v_dl_ids[r.ord]
-    FROM unnest(v_res) AS r
-    ORDER BY r.ord;
+    SELECT u.ord + p_ord_offset, coalesce(r.status, 'ok'), u.operation, coalesce(r.correlation_id, u.target),
+           r.sqlstate, r.reason, r.context, v_dl_ids[u.ord]
+    FROM unnest(v_updates) AS u
+    LEFT JOIN unnest(v_res) AS r ON r.ord = u.ord
+    ORDER BY u.ord;
 END
 $$;
 COMMENT ON FUNCTION api.profile_apply_core(jsonb, integer, boolean) IS
@@ -1338,11 +1344,10 @@ BEGIN
     v_updates := CASE WHEN jsonb_typeof(p_updates) = 'object' THEN jsonb_build_array(p_updates) ELSE p_updates END;
     BEGIN
         -- api.profile_apply_core runs to completion before this query sees its first row, so when it
-        -- fails, no row has been returned yet.
+        -- fails, no row has been returned yet. It returns its rows in batch order.
         RETURN QUERY
         SELECT c.ord, c.status, c.operation, c.correlation_id, c.sqlstate, c.reason, c.dead_letter_id
-        FROM api.profile_apply_core(v_updates, 0, true) AS c
-        ORDER BY c.ord;
+        FROM api.profile_apply_core(v_updates, 0, true) AS c;
     EXCEPTION WHEN OTHERS THEN
         RETURN QUERY
         SELECT r.ord, r.status, r.operation, r.correlation_id, r.sqlstate, r.reason, r.dead_letter_id
