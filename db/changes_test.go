@@ -210,20 +210,23 @@ func TestChangeTriggersRecordOtherWriters(t *testing.T) {
 	require.Equal(t, []string{e.profileChange("customer", "$A", "changed", "_auth", "/a")}, e.takePending())
 }
 
-// Compact pending rows are compressed with lz4 where the server has it.
+// Pending rows (their payload, and the grains of compact rows) are compressed with lz4 where the
+// server has it.
 func TestChangePendingPayloadCompression(t *testing.T) {
 	t.Parallel()
 	tx := dbtest.Tx(t)
-	var lz4 bool
-	var method string
-	require.NoError(t, tx.QueryRow(context.Background(), `
-		SELECT EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)),
-		       attcompression::text
-		FROM pg_attribute WHERE attrelid = 'silo.change_pending'::regclass AND attname = 'payload'`).Scan(&lz4, &method))
-	if lz4 {
-		require.Equal(t, "l", method)
-	} else {
-		require.Equal(t, "", method)
+	for _, column := range []string{"payload", "grains"} {
+		var lz4 bool
+		var method string
+		require.NoError(t, tx.QueryRow(context.Background(), `
+			SELECT EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)),
+			       attcompression::text
+			FROM pg_attribute WHERE attrelid = 'silo.change_pending'::regclass AND attname = $1`, column).Scan(&lz4, &method))
+		if lz4 {
+			require.Equal(t, "l", method, column)
+		} else {
+			require.Equal(t, "", method, column)
+		}
 	}
 }
 

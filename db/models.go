@@ -273,7 +273,7 @@ type SiloChangeHorizon struct {
 // Changes committed (or about to be) and not yet numbered: api.change_sequence moves them into silo.changes in commit order. Written in the transaction of each change.
 type SiloChangePending struct {
 	PendingID int64 `json:"pendingId"`
-	// Channel of the change, e.g. profile:customer:0815, dead-letters, reaper. profile:* marks the changes of one statement on profile.profilestore in compact form (aligned arrays in payload), which api.change_sequence expands into one change per profile and reader; api.changes_pending() shows them expanded.
+	// Channel of the change, e.g. profile:customer:0815, dead-letters, reaper. profile:* marks the changes of one statement on profile.profilestore in compact form (aligned arrays in grains), which api.change_sequence expands into one change per profile and reader; api.changes_pending() shows them expanded.
 	Channel string `json:"channel"`
 	// What happened, e.g. changed, deleted, dead_letter, ttl, ttn.
 	Kind string `json:"kind"`
@@ -282,6 +282,8 @@ type SiloChangePending struct {
 	// Who may see the change: subscribers whose readers (_all, _auth, roles) overlap it; admins see every change; empty means admins only.
 	Readers []string  `json:"readers"`
 	Created time.Time `json:"created"`
+	// A compact row of profile changes (channel profile:*): the grains one statement wrote or deleted, as four aligned rows: correlation ids, profile types, readers, paths (api.change_grains). NULL for other channels.
+	Grains []string `json:"grains"`
 }
 
 // Runtime settings a DBA may read and change with UPDATE: each row says what it does. Values are text, interpreted by the functions that read them.

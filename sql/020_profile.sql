@@ -497,7 +497,7 @@ BEGIN
                                              LIMIT 1) END AS clash
     ), pend AS (
         -- The grains written, for change notifications (a clashing row is removed again below).
-        INSERT INTO silo.change_pending (channel, kind, payload)
+        INSERT INTO silo.change_pending (channel, kind, grains)
         SELECT 'profile:*', 'changed',
                api.change_grains(array_agg(i.correlation_id), array_agg(i.profile_type), array_agg(i.reader), array_agg(i.path))
         FROM ins AS i
@@ -734,7 +734,7 @@ BEGIN
     ), pend AS (
         -- The grains written and deleted, for change notifications (a clashing new _latest is
         -- removed again below).
-        INSERT INTO silo.change_pending (channel, kind, payload)
+        INSERT INTO silo.change_pending (channel, kind, grains)
         SELECT 'profile:*', g.kind,
                api.change_grains(array_agg(g.correlation_id), array_agg(g.profile_type), array_agg(g.reader), array_agg(g.path))
         FROM (SELECT 'changed' AS kind, a.correlation_id, a.profile_type, a.reader, a.path FROM arch AS a
@@ -794,7 +794,7 @@ BEGIN
             ON CONFLICT DO NOTHING
             RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path, profilestore.reader
         ), pend AS (
-            INSERT INTO silo.change_pending (channel, kind, payload)
+            INSERT INTO silo.change_pending (channel, kind, grains)
             SELECT 'profile:*', 'changed',
                    api.change_grains(array_agg(a.correlation_id), array_agg(a.profile_type), array_agg(a.reader), array_agg(a.path))
             FROM arch AS a

@@ -54,9 +54,9 @@
 -- at the end is refused. (A profile type containing ':' makes profile:{type}:* match more than one
 -- type; the payload's profile_type tells them apart.)
 
--- Profile changes are recorded cheaply, as compact pending rows: channel profile:*, payload the
--- grain rows touched as aligned arrays {"correlation_id": [...], "profile_type": [...],
--- "reader": [...], "path": [...]} (api.change_grains). api.change_sequence expands them
+-- Profile changes are recorded cheaply, as compact pending rows: channel profile:*, column grains
+-- the grain rows touched as a text array of four aligned rows: correlation ids, profile types,
+-- readers, paths (api.change_grains). api.change_sequence expands them
 -- (api.change_expand) into one change per profile and reader, as described above, off the write
 -- path: the grouping and the payloads cost the writer nothing. api.changes_pending() shows what is
 -- pending as the changes it will become.
@@ -80,19 +80,18 @@
 --   record (the reaper marking grains notified: notify_at alone is no change of the profile, the
 --   reaper's own channel carries it).
 
--- api.change_grains: internal. The payload of a compact pending row of profile changes: the grains'
--- correlation ids, profile types, readers and paths as aligned arrays. STABLE like
--- jsonb_build_object: declared IMMUTABLE, PostgreSQL would not inline it.
+-- api.change_grains: internal. The grains of a compact pending row of profile changes: their
+-- correlation ids, profile types, readers and paths (aligned arrays of one length) as the four
+-- rows of a text array.
 -- Raises: nothing.
 CREATE FUNCTION api.change_grains(p_correlation_id text[], p_profile_type text[], p_reader text[], p_path text[])
-RETURNS jsonb
-LANGUAGE sql STABLE
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
 AS $$
-    SELECT jsonb_build_object('correlation_id', p_correlation_id, 'profile_type', p_profile_type,
-                              'reader', p_reader, 'path', p_path);
+    SELECT ARRAY[p_correlation_id, p_profile_type, p_reader, p_path];
 $$;
 COMMENT ON FUNCTION api.change_grains(text[], text[], text[], text[]) IS
-    'Internal: the payload of a compact pending row of profile changes (channel profile:*): correlation ids, profile types, readers and paths of the grains touched, as aligned arrays.';
+    'Internal: the grains of a compact pending row of profile changes (channel profile:*, column grains): correlation ids, profile types, readers and paths of the grains touched, as the four rows of a text array.';
 
 -- api.change_capture_on: internal. Whether profile changes are recorded: the setting
 -- silo.change_capture is not off.
@@ -130,7 +129,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF api.change_triggers_on() THEN
-        INSERT INTO silo.change_pending (channel, kind, payload)
+        INSERT INTO silo.change_pending (channel, kind, grains)
         SELECT 'profile:*', CASE TG_OP WHEN 'DELETE' THEN 'deleted' ELSE 'changed' END,
                api.change_grains(array_agg(g.correlation_id), array_agg(g.profile_type), array_agg(g.reader), array_agg(g.path))
         FROM grains g
@@ -153,7 +152,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF api.change_capture_on() THEN
-        INSERT INTO silo.change_pending (channel, kind, payload)
+        INSERT INTO silo.change_pending (channel, kind, grains)
         VALUES ('profile:*', 'changed',
                 api.change_grains(ARRAY[OLD.correlation_id], ARRAY[OLD.profile_type], ARRAY[OLD.reader], ARRAY[OLD.path]));
     END IF;
@@ -180,9 +179,9 @@ CREATE TRIGGER profilestore_reader_change AFTER UPDATE OF reader ON profile.prof
 -- api.change_expand: internal. The changes a pending row stands for: itself, or, for a compact row
 -- of profile changes (channel profile:*), one change per profile and reader (ordered by
 -- correlation id, profile type, reader) with channel profile:{type}:{id}, payload {"profile_type",
--- "correlation_id", "paths": [the distinct paths, sorted]} and readers {reader}.
+-- "correlation_id", "paths": [the distinct paths, sorted]} and readers {reader}, from its grains.
 -- Raises: nothing.
-CREATE FUNCTION api.change_expand(p_channel text, p_kind text, p_payload jsonb, p_readers text[])
+CREATE FUNCTION api.change_expand(p_channel text, p_kind text, p_payload jsonb, p_readers text[], p_grains text[])
 RETURNS TABLE (ord bigint, channel text, kind text, payload jsonb, readers text[])
 LANGUAGE sql STABLE
 AS $$
@@ -194,15 +193,12 @@ AS $$
            ARRAY[g.r]
     FROM (
         SELECT x.c, x.t, x.r, array_agg(DISTINCT x.p) AS paths
-        FROM unnest(ARRAY(SELECT jsonb_array_elements_text(p_payload -> 'correlation_id')),
-                    ARRAY(SELECT jsonb_array_elements_text(p_payload -> 'profile_type')),
-                    ARRAY(SELECT jsonb_array_elements_text(p_payload -> 'reader')),
-                    ARRAY(SELECT jsonb_array_elements_text(p_payload -> 'path'))) AS x(c, t, r, p)
+        FROM unnest(p_grains[1:1], p_grains[2:2], p_grains[3:3], p_grains[4:4]) AS x(c, t, r, p)
         WHERE p_channel = 'profile:*'
         GROUP BY x.c, x.t, x.r
     ) g;
 $$;
-COMMENT ON FUNCTION api.change_expand(text, text, jsonb, text[]) IS
+COMMENT ON FUNCTION api.change_expand(text, text, jsonb, text[], text[]) IS
     'Internal: the changes a pending row stands for, in order: the row itself, or for a compact row of profile changes (channel profile:*) one change per profile and grain reader (channel profile:{type}:{id}, payload profile_type, correlation_id, paths; readers {reader}).';
 
 -- api.changes_pending: what is pending, as the changes api.change_sequence will make of it, in
@@ -214,7 +210,7 @@ LANGUAGE sql STABLE
 AS $$
     SELECT p.pending_id, e.channel, e.kind, e.payload, e.readers, p.created
     FROM silo.change_pending p
-    CROSS JOIN LATERAL api.change_expand(p.channel, p.kind, p.payload, p.readers) e
+    CROSS JOIN LATERAL api.change_expand(p.channel, p.kind, p.payload, p.readers, p.grains) e
     ORDER BY p.pending_id, e.ord;
 $$;
 COMMENT ON FUNCTION api.changes_pending() IS
@@ -303,13 +299,13 @@ BEGIN
     END IF;
     WITH moved AS (
         DELETE FROM silo.change_pending p
-        RETURNING p.pending_id, p.channel, p.kind, p.payload, p.readers, p.created
+        RETURNING p.pending_id, p.channel, p.kind, p.payload, p.readers, p.grains, p.created
     )
     INSERT INTO silo.changes (id, channel, kind, payload, readers, created, sequenced)
     SELECT v_last + row_number() OVER (ORDER BY m.pending_id, e.ord), e.channel, e.kind, e.payload, e.readers,
            m.created, clock_timestamp()
     FROM moved m
-    CROSS JOIN LATERAL api.change_expand(m.channel, m.kind, m.payload, m.readers) e;
+    CROSS JOIN LATERAL api.change_expand(m.channel, m.kind, m.payload, m.readers, m.grains) e;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     IF v_n = 0 THEN
         RETURN v_last;
