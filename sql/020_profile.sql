@@ -854,7 +854,8 @@ BEGIN
     -- (or none), a path of plain segments none of which starts with "_", a _value with no metadata
     -- but _c (a JSON number, or none), and the _v its operation needs. This query checks and
     -- normalises those (the helpers it shares with the full query below make the same values) and
-    -- works out where they write; the ords of the others (v_rest) go through the full query.
+    -- works out where they write, in batch order; the ords of the others (v_rest) go through the
+    -- full query.
     SELECT array_agg(ROW(
                f.ord, f.op, f.cid, f.ptype, f.path, f.v, api.profile_certainty(f.c_num), v_now, 'P100Y', 'P100Y',
                NULL, '_auth', api.profile_grain_type(f.cls, f.v_type), f.inc, 0, f.target, 1,
@@ -1259,7 +1260,14 @@ BEGIN
     END IF;
 
     -- An update without a result is ok and wrote its target (the usual batch's rounds return only
-    -- the other results).
+    -- the other results). The short validation query leaves v_updates in batch order: when it
+    -- validated them all and every one is ok, they need no sort.
+    IF coalesce(cardinality(v_res), 0) = 0 AND v_rest IS NULL THEN
+        RETURN QUERY
+        SELECT u.ord + p_ord_offset, 'ok'::text, u.operation, u.target, NULL::text, NULL::text, NULL::text, NULL::bigint
+        FROM unnest(v_updates) AS u;
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT u.ord + p_ord_offset, coalesce(r.status, 'ok'), u.operation, coalesce(r.correlation_id, u.target),
            r.sqlstate, r.reason, r.context, v_dl_ids[u.ord]
