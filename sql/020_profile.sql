@@ -309,6 +309,58 @@ $$;
 COMMENT ON FUNCTION api.profile_counter(text) IS
     'Internal: an _inc counter initialvalue|stepsize|steps as {initial, step, steps}; NULL when the text is not one.';
 
+-- api.profile_certainty_value: internal. The number a _c stands for: 1 when it is absent (NULL) or
+-- JSON null, a JSON number, or a string holding a decimal number (exponent of at most three
+-- digits); NULL for anything else. Whether it is in [0, 1] is the caller's check.
+-- Raises: nothing.
+CREATE FUNCTION api.profile_certainty_value(p_c jsonb)
+RETURNS numeric
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_c IS NULL THEN 1::numeric
+                ELSE CASE jsonb_typeof(p_c)
+                     WHEN 'number' THEN p_c::numeric
+                     WHEN 'null' THEN 1::numeric
+                     WHEN 'string' THEN
+                         CASE WHEN length(p_c #>> '{}') <= 100
+                                   AND (p_c #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
+                              THEN (p_c #>> '{}')::numeric END
+                     END
+           END;
+$$;
+COMMENT ON FUNCTION api.profile_certainty_value(jsonb) IS
+    'Internal: the number a _c stands for (1 when absent or null; a JSON number or a numeric string); NULL when it is none.';
+
+-- api.profile_path_is_plain: internal. Whether a _path, as its JSON text p_text and its segments
+-- joined with "/" (p_join, from the text with the enclosing [" "] dropped and every ", " a "/"),
+-- is plain: ["s1", "s2", ...] with no backslash (so no escaped character: every quote delimits a
+-- string), no "/", no empty segment, and every quote inside part of a ", " between two strings.
+-- A plain path is '/' || p_join; others go through api.profile_path_check.
+-- Raises: nothing.
+CREATE FUNCTION api.profile_path_is_plain(p_text text, p_join text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT left(p_text, 2) = '["' AND right(p_text, 2) = '"]'
+           AND strpos(p_text, '\') = 0 AND strpos(p_text, '/') = 0
+           AND strpos(p_text, '""') = 0 AND strpos(p_join, '"') = 0;
+$$;
+COMMENT ON FUNCTION api.profile_path_is_plain(text, text) IS
+    'Internal: whether a _path (its JSON text and its segments joined with "/") is made of plain segments, checked without parsing it.';
+
+-- api.profile_grain_hash: internal. A hash of a grain's key (correlation id written, profile type,
+-- path), to find grains a batch writes more than once (equal hashes of distinct grains only cost
+-- the work of splitting the batch into rounds).
+-- Raises: nothing.
+CREATE FUNCTION api.profile_grain_hash(p_target text, p_profile_type text, p_path text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT hashtextextended(p_path, hashtextextended(p_profile_type, hashtextextended(p_target, 0)));
+$$;
+COMMENT ON FUNCTION api.profile_grain_hash(text, text, text) IS
+    'Internal: a hash of a grain key (correlation id, profile type, path), to find grains written twice in a batch.';
+
 -- api.profile_path_check: internal. Validates a _path that is not in the plain form the batch
 -- query checks inline: returns {path, NULL} for a valid path (segments joined with "/", a leading
 -- "/"), else {NULL, reason}.
@@ -518,23 +570,27 @@ BEGIN
         -- Rows not written (the _latest has another grain type: the conflicting row stays locked by
         -- the upsert, so it still has that type) and new rows that clash with the grain's history.
         v_res := ARRAY(
-            SELECT CASE WHEN c.clash IS NOT NULL OR p.grain_type::text <> u.grain_type THEN
-                       ROW(u.ord, 'dead_letter', u.operation, u.target, 'SPTYP',
-                           format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has grain type %s',
-                                  u.operation, u.grain_type, u.path, coalesce(c.clash, p.grain_type::text)),
-                           'applying ' || u.operation || ': grain type check', NULL)::api.profile_apply_result
-                   ELSE
-                       ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::api.profile_apply_result
-                   END
-            FROM unnest(p_round) AS u
-            LEFT JOIN profile.profilestore p
-              ON p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
-             AND p.pit = '_latest'
-            LEFT JOIN LATERAL (
-                SELECT x ->> 3 AS clash FROM jsonb_array_elements(v_clashes) AS x
-                WHERE x ->> 0 = u.target AND x ->> 1 = u.profile_type AND x ->> 2 = u.path) c ON true
-            WHERE u.operation IN ('_set', '_inc')
-              AND (p_ok OR (c.clash IS NOT NULL OR p.grain_type::text <> u.grain_type) IS TRUE));
+            SELECT z.r
+            FROM (
+                SELECT CASE WHEN c.clash IS NOT NULL OR p.grain_type::text <> u.grain_type THEN
+                           ROW(u.ord, 'dead_letter', u.operation, u.target, 'SPTYP',
+                               format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has grain type %s',
+                                      u.operation, u.grain_type, u.path, coalesce(c.clash, p.grain_type::text)),
+                               'applying ' || u.operation || ': grain type check', NULL)::api.profile_apply_result
+                       ELSE
+                           ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::api.profile_apply_result
+                       END AS r
+                FROM unnest(p_round) AS u
+                LEFT JOIN profile.profilestore p
+                  ON p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
+                 AND p.pit = '_latest'
+                LEFT JOIN LATERAL (
+                    SELECT x ->> 3 AS clash FROM jsonb_array_elements(v_clashes) AS x
+                    WHERE x ->> 0 = u.target AND x ->> 1 = u.profile_type AND x ->> 2 = u.path) c ON true
+                WHERE u.operation IN ('_set', '_inc')
+                OFFSET 0
+            ) z
+            WHERE p_ok OR (z.r).status <> 'ok');
         -- A new _latest whose grain's history has another type: not written after all.
         IF v_clashes IS NOT NULL THEN
             DELETE FROM profile.profilestore p
@@ -773,7 +829,7 @@ BEGIN
     LEFT JOIN hit ON hit.ord = d.ord
     LEFT JOIN arch ON arch.correlation_id = d.target AND arch.profile_type = d.profile_type AND arch.path = d.path
     LEFT JOIN ins ON ins.correlation_id = d.target AND ins.profile_type = d.profile_type AND ins.path = d.path;
-    v_res := v_res || CASE WHEN p_ok THEN v_part ELSE ARRAY(SELECT r FROM unnest(v_part) AS r WHERE r.status <> 'ok') END;
+    v_res := v_res || ARRAY(SELECT r FROM unnest(v_part) AS r WHERE p_ok OR r.status <> 'ok');
 
     -- A new _latest whose grain's history has another type: not written after all.
     IF v_clash IS NOT NULL THEN
@@ -820,7 +876,8 @@ COMMENT ON FUNCTION api.profile_apply_round(api.profile_update[], boolean) IS
 --
 -- Shape: a short query validates the plain updates (the usual shapes, see below) and a full one,
 -- which applies every rule, the others; both make the same rows (they share the helpers
--- api.profile_op_class, api.profile_grain_type, api.profile_certainty and api.profile_counter).
+-- api.profile_op_class, api.profile_grain_type, api.profile_certainty, api.profile_certainty_value,
+-- api.profile_counter and api.profile_path_is_plain).
 -- The usual batch (no update changes profile links, no grain comes twice) is one round: api.profile_apply_round applies all its valid updates
 -- set-based. Otherwise a second query splits the batch into segments (an update that changes
 -- profile links is a segment of its own, so every other segment sees fixed link targets) and
@@ -852,7 +909,7 @@ BEGIN
     -- Validation, the short way: most updates are plain: a _set*, _set_max/_set_min, _inc, array
     -- operation or _array_remove with a string _id, a string _profile_type other than profile_link
     -- (or none), a path of plain segments none of which starts with "_", a _value with no metadata
-    -- but _c (a JSON number, or none), and the _v its operation needs. This query checks and
+    -- but _c (a number, or none), and the _v its operation needs. This query checks and
     -- normalises those (the helpers it shares with the full query below make the same values) and
     -- works out where they write, in batch order; the ords of the others (v_rest) go through the
     -- full query.
@@ -863,7 +920,7 @@ BEGIN
            array_agg(f.ord) FILTER (WHERE NOT f.plain),
            -- A grain written twice (or a hash collision: then the rounds are worked out for nothing).
            count(*) FILTER (WHERE f.plain)
-           > count(DISTINCT hashtextextended(f.path, hashtextextended(f.ptype, hashtextextended(f.target, 0)))) FILTER (WHERE f.plain)
+           > count(DISTINCT api.profile_grain_hash(f.target, f.ptype, f.path)) FILTER (WHERE f.plain)
     INTO v_updates, v_rest, v_twice
     FROM (
         SELECT g.ord, g.op, g.cid, g.ptype, g.path, g.v, g.v_type, g.cls, g.inc, g.c_num,
@@ -881,19 +938,13 @@ BEGIN
                         AND g.c_num >= 0 AND g.c_num <= 1, false) AS plain
         FROM (
             SELECT e.ord, e.op, e.cid, e.ptype, e.v, e.v_type, e.cls, e.val_obj, e.meta,
-                   -- A plain path: ["s1", "s2", ...] with no backslash, "/", empty segment or
-                   -- segment starting with "_", every quote a delimiter: the segments joined by "/".
-                   CASE WHEN left(e.path_txt, 2) = '["' AND right(e.path_txt, 2) = '"]'
-                             AND strpos(e.path_txt, '\') = 0 AND strpos(e.path_txt, '/') = 0
-                             AND strpos(e.path_txt, '""') = 0 AND strpos(e.path_txt, '"_') = 0
-                             AND strpos(e.path_join, '"') = 0
+                   -- A plain path with no segment starting with "_".
+                   CASE WHEN api.profile_path_is_plain(e.path_txt, e.path_join) AND strpos(e.path_txt, '"_') = 0
                         THEN '/' || e.path_join END AS path,
                    CASE WHEN e.v_type = 'array'
                         THEN NOT EXISTS (SELECT 1 FROM jsonb_array_elements(e.v) AS x WHERE jsonb_typeof(x) <> 'string') END AS v_strings,
                    CASE WHEN e.cls = 'inc' AND e.v_type = 'string' THEN api.profile_counter(e.v #>> '{}') END AS inc,
-                   CASE WHEN e.j_c IS NULL THEN 1::numeric
-                        ELSE CASE jsonb_typeof(e.j_c) WHEN 'number' THEN e.j_c::numeric WHEN 'null' THEN 1::numeric END
-                   END AS c_num
+                   api.profile_certainty_value(e.j_c) AS c_num
             FROM (
                 SELECT d.ord, d.op, api.profile_op_class(d.op) AS cls, d.v, jsonb_typeof(d.v) AS v_type, d.j_c,
                        CASE WHEN jsonb_typeof(d.j_id) = 'string' THEN d.j_id #>> '{}' END AS cid,
@@ -932,10 +983,8 @@ BEGIN
                    s.ord, s.op, s.cid, s.ptype, s.path, s.v, s.certainty, s.inserted, s.ttl, s.ttn, s.origin,
                    s.reader, s.gtype, s.inc, s.lc, s.target, CASE WHEN s.target IS NOT NULL THEN 1 END,
                    s.err[1], s.err[2], s.err[3])::api.profile_update),
-               bool_and(s.err IS NULL), bool_or(s.lc = 1),
-               -- A grain written twice (or a hash collision: then the rounds are worked out for nothing).
-               count(s.target) > count(DISTINCT hashtextextended(s.path, hashtextextended(s.ptype, hashtextextended(s.target, 0))))
-        INTO v_more, v_all_valid, v_links, v_twice
+               bool_and(s.err IS NULL), bool_or(s.lc = 1)
+        INTO v_more, v_all_valid, v_links
         FROM (
             -- Where each valid update writes, if no update before it changes profile links.
             SELECT r.*,
@@ -1047,15 +1096,10 @@ BEGIN
                                  ELSE CASE jsonb_typeof(a.j_pt) WHEN 'string' THEN nullif(a.j_pt #>> '{}', '')
                                                                 WHEN 'null' THEN '_d' END
                             END AS ptype,
-                            -- {path, reason}: a path of plain segments is checked here, others by
-                            -- api.profile_path_check. Plain: the JSON text is ["s1", "s2", ...] with no
-                            -- backslash (so no escaped character: every quote delimits a string), no "/",
-                            -- no empty segment, and every quote inside is part of a ", " between two
-                            -- strings (path_join: the segments joined with "/").
+                            -- {path, reason}: a plain path is checked here, others by
+                            -- api.profile_path_check.
                             CASE WHEN a.op = '_profile_link' THEN '{/new,NULL}'::text[]
-                                 WHEN left(a.path_txt, 2) = '["' AND right(a.path_txt, 2) = '"]'
-                                      AND strpos(a.path_txt, '\') = 0 AND strpos(a.path_txt, '/') = 0
-                                      AND strpos(a.path_txt, '""') = 0 AND strpos(a.path_join, '"') = 0
+                                 WHEN api.profile_path_is_plain(a.path_txt, a.path_join)
                                      THEN ARRAY['/' || a.path_join,
                                                 CASE WHEN strpos(a.path_txt, '"_') > 0
                                                           AND a.path_txt ~ '"(_latest|_[0-9]{8}T[0-9]{6}\.[0-9]{3}Z)"' THEN
@@ -1066,16 +1110,7 @@ BEGIN
                             CASE WHEN a.cls = 'inc' AND a.v_type = 'string' THEN api.profile_counter(a.v #>> '{}') END AS inc,
                             CASE WHEN a.cls = 'ttl' AND a.v_type = 'string' AND a.v <> '""'
                                  THEN api.profile_duration_error(a.v #>> '{}', 'Value (_v)') END AS v_dur_err,
-                            CASE WHEN a.j_c IS NULL THEN 1::numeric
-                                 ELSE CASE jsonb_typeof(a.j_c)
-                                      WHEN 'number' THEN a.j_c::numeric
-                                      WHEN 'null' THEN 1::numeric
-                                      WHEN 'string' THEN
-                                          CASE WHEN length(a.j_c #>> '{}') <= 100
-                                                    AND (a.j_c #>> '{}') ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
-                                               THEN (a.j_c #>> '{}')::numeric END
-                                      END
-                            END AS c_num,
+                            api.profile_certainty_value(a.j_c) AS c_num,
                             a.in_num,
                             CASE WHEN a.in_num >= 0 AND a.in_num <= 253402300799999 AND a.in_num = trunc(a.in_num)
                                  THEN a.in_num::bigint END AS inserted,
@@ -1162,13 +1197,11 @@ BEGIN
             ) r
             OFFSET 0
         ) s;
-        -- Both kinds: every grain counts for grains written twice.
-        IF v_updates IS NOT NULL THEN
-            SELECT count(u.target) > count(DISTINCT hashtextextended(u.path, hashtextextended(u.profile_type, hashtextextended(u.target, 0))))
-            INTO v_twice
-            FROM unnest(v_updates || v_more) AS u;
-        END IF;
         v_updates := coalesce(v_updates, '{}') || v_more;
+        -- A grain written twice, among all of them.
+        SELECT count(u.target) > count(DISTINCT api.profile_grain_hash(u.target, u.profile_type, u.path))
+        INTO v_twice
+        FROM unnest(v_updates) AS u;
     END IF;
 
     IF v_updates IS NULL THEN
