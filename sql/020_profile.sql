@@ -44,9 +44,10 @@
 -- * Status of an applied update: ok when it wrote something, noop when it changed nothing
 --   (_set_if_not_exist on an existing value, a *_distinct or _set_max/_set_min that does not
 --   overwrite, _array_remove on a missing grain, _delete/_set_ttl/_set_ttn that matched no pit).
--- * Concurrency: values that are read and rewritten are locked (FOR UPDATE) first, except the
---   counter of _inc, which is read and rewritten inside its upsert (that locks the row it
---   updates). So concurrent writers of an existing grain do not lose updates. Two transactions
+-- * Concurrency: values that are read and rewritten are locked (FOR UPDATE) first, except
+--   counters (_inc) and arrays (_array_append, _array_put), which are read and rewritten by the
+--   UPDATE that locks them and works on their newest version. So concurrent writers of an
+--   existing grain do not lose updates. Two transactions
 --   that create the same grain at the same moment do not wait for each other (there is no row to
 --   lock yet): the later one overwrites the new _latest as if it had been first (a counter adds
 --   up even then). The asynchronous updater (api.profile_enqueue) applies the updates of one
@@ -469,11 +470,14 @@ COMMENT ON FUNCTION api.profile_dead_letter_add(jsonb, text, text, text) IS
     'Internal: records a rejected profile update message in profile.dead_letters and returns its id.';
 
 -- api.profile_apply_round: internal. Applies valid updates of distinct grains whose targets are
--- resolved (one round of a segment) set-based. _set and _inc updates are written by one upsert:
--- _set reads nothing; _inc adds to the counter it finds, whose metadata stays, inside the upsert,
--- which locks it. An existing _latest of another grain type is left alone, a new _latest whose
--- grain's history has another type is removed again, and both updates are rejected (SPTYP). Every
--- other update goes through one more statement: read and lock the current _latest values, decide
+-- resolved (one round of a segment) set-based. _set, _inc, _array_append and _array_put are
+-- written by one statement: an UPDATE of the existing _latest values of their grain type (_inc
+-- adds to the counter, the array operations build on the array, both keeping the metadata, all
+-- on the row's newest version, which the UPDATE locks), then an upsert of the rest (new grains;
+-- an UPDATE is cheaper than an upsert's conflict check for the usual existing grain). An existing
+-- _latest of another grain type is left alone, a new _latest whose grain's history has another
+-- type is removed again, and both updates are rejected (SPTYP). Every other update goes through
+-- one more statement: read and lock the current _latest values, decide
 -- every update, archive old values to their history pits, write the new _latest values, delete
 -- pits, set durations. A history pit that is taken moves forward by 1 ms until it is free (one more
 -- statement, only when that happens). Updates of distinct grains do not affect each other, so
@@ -503,12 +507,47 @@ DECLARE
     v_pending profile.profilestore[];
     v_offset  bigint := 1;
 BEGIN
-    -- _set and _inc: one upsert. Only _inc writes grain type c, so on a conflict EXCLUDED.grain_type
-    -- tells them apart: _inc adds its steps (the new counter's _current - _initial) to the current
-    -- counter, and the counter's metadata stays. Results are ok unless fewer rows were written than
-    -- sent or a new _latest clashes with the grain's history: then the exceptions are worked out
-    -- below.
-    WITH ins AS (
+    -- _set, _inc, _array_append and _array_put: an UPDATE of the existing _latest values of the
+    -- same grain type (it locks each row it rewrites, and builds the counter or array on the
+    -- row's newest version), then an upsert of the others: new grains, grains of another type
+    -- (left alone by the upsert's WHERE: dead-lettered below) and grains created meanwhile by a
+    -- concurrent writer (overwritten as if this had come first; a counter adds up). Results are ok
+    -- unless fewer rows were written than sent or a new _latest clashes with the grain's history:
+    -- then the exceptions are worked out below.
+    WITH upd AS (
+        UPDATE profile.profilestore p
+        SET value = CASE u.operation
+                        WHEN '_set' THEN u.v
+                        WHEN '_inc' THEN jsonb_build_object(
+                            '_initial', p.value -> '_initial',
+                            '_step', to_jsonb(trim_scale(u.inc[2])),
+                            '_current', to_jsonb(trim_scale((p.value ->> '_current')::numeric + u.inc[2] * u.inc[3])))
+                        WHEN '_array_append' THEN p.value || u.v
+                        ELSE p.value || coalesce((
+                            SELECT jsonb_agg(e.x ORDER BY e.o)
+                            FROM (SELECT DISTINCT ON (t.x) t.x, t.o
+                                  FROM jsonb_array_elements(u.v) WITH ORDINALITY AS t(x, o)
+                                  ORDER BY t.x, t.o) e
+                            WHERE NOT p.value @> jsonb_build_array(e.x)), '[]')
+                    END,
+            -- _set replaces the metadata; counters and arrays keep theirs.
+            certainty = CASE WHEN u.operation = '_set' THEN u.certainty ELSE p.certainty END,
+            inserted = u.inserted,
+            ttl = CASE WHEN u.operation = '_set' THEN u.ttl ELSE p.ttl END,
+            reader = CASE WHEN u.operation = '_set' THEN u.reader ELSE p.reader END,
+            origin = CASE WHEN u.operation = '_set' THEN u.origin ELSE p.origin END,
+            ttn = CASE WHEN u.operation = '_set' THEN u.ttn ELSE p.ttn END,
+            expires_at = api.profile_expiry(u.inserted, CASE WHEN u.operation = '_set' THEN u.ttl ELSE p.ttl END),
+            notify_at = api.profile_expiry(u.inserted, CASE WHEN u.operation = '_set' THEN u.ttn ELSE p.ttn END)
+        FROM unnest(p_round) AS u
+        WHERE u.operation IN ('_set', '_inc', '_array_append', '_array_put')
+          AND p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
+          AND p.pit = '_latest' AND p.grain_type = u.grain_type
+        RETURNING u.ord, p.correlation_id, p.profile_type, p.path, p.reader
+    ), ins AS (
+        -- Only _inc writes grain type c, so on a conflict EXCLUDED.grain_type tells a counter, whose
+        -- steps (the new counter's _current - _initial) add to the current one and whose metadata
+        -- stays, from a value that replaces the current one.
         INSERT INTO profile.profilestore AS p (correlation_id, profile_type, path, pit, value, certainty, grain_type,
                                                inserted, ttl, reader, origin, ttn, expires_at, notify_at)
         SELECT u.target, u.profile_type, u.path, '_latest',
@@ -520,7 +559,8 @@ BEGIN
                u.certainty, u.grain_type, u.inserted, u.ttl, u.reader, u.origin, u.ttn,
                api.profile_expiry(u.inserted, u.ttl), api.profile_expiry(u.inserted, u.ttn)
         FROM unnest(p_round) AS u
-        WHERE u.operation IN ('_set', '_inc')
+        WHERE u.operation IN ('_set', '_inc', '_array_append', '_array_put')
+          AND u.ord NOT IN (SELECT upd.ord FROM upd)
         ON CONFLICT (correlation_id, profile_type, path, pit) DO UPDATE
         SET value = CASE WHEN EXCLUDED.grain_type = 'c' THEN jsonb_build_object(
                             '_initial', p.value -> '_initial',
@@ -547,24 +587,28 @@ BEGIN
                                              WHERE h.correlation_id = p.correlation_id AND h.profile_type = p.profile_type
                                                AND h.path = p.path AND h.grain_type <> p.grain_type
                                              LIMIT 1) END AS clash
+    ), w AS (
+        SELECT upd.correlation_id, upd.profile_type, upd.path, upd.reader, NULL::jsonb AS clash FROM upd
+        UNION ALL
+        SELECT ins.correlation_id, ins.profile_type, ins.path, ins.reader, ins.clash FROM ins
     ), pend AS (
         -- The grains written, for change notifications (a clashing row is removed again below).
         INSERT INTO silo.change_pending (channel, kind, grains)
         SELECT 'profile:*', 'changed',
                api.change_grains(array_agg(i.correlation_id), array_agg(i.profile_type), array_agg(i.reader), array_agg(i.path))
-        FROM ins AS i
+        FROM w AS i
         WHERE i.clash IS NULL
         HAVING count(*) > 0 AND api.change_capture_on()
     )
     SELECT o.sent, o.ok, i.written, i.clashes
     INTO v_sent, v_res, v_written, v_clashes
     FROM (SELECT count(*) AS written, jsonb_agg(i.clash) FILTER (WHERE i.clash IS NOT NULL) AS clashes
-          FROM ins AS i) AS i,
+          FROM w AS i) AS i,
          (SELECT count(*) AS sent,
                  array_agg(ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::api.profile_apply_result)
                      FILTER (WHERE p_ok) AS ok
           FROM unnest(p_round) AS u
-          WHERE u.operation IN ('_set', '_inc')) AS o;
+          WHERE u.operation IN ('_set', '_inc', '_array_append', '_array_put')) AS o;
 
     IF v_written < v_sent OR v_clashes IS NOT NULL THEN
         -- Rows not written (the _latest has another grain type: the conflicting row stays locked by
@@ -587,7 +631,7 @@ BEGIN
                 LEFT JOIN LATERAL (
                     SELECT x ->> 3 AS clash FROM jsonb_array_elements(v_clashes) AS x
                     WHERE x ->> 0 = u.target AND x ->> 1 = u.profile_type AND x ->> 2 = u.path) c ON true
-                WHERE u.operation IN ('_set', '_inc')
+                WHERE u.operation IN ('_set', '_inc', '_array_append', '_array_put')
                 OFFSET 0
             ) z
             WHERE p_ok OR (z.r).status <> 'ok');
@@ -714,7 +758,7 @@ BEGIN
                           AND u.operation NOT IN ('_delete', '_delete_with_history', '_set_ttl', '_set_ttn')
                         FOR UPDATE OF p
                     ) l ON true
-                    WHERE u.operation NOT IN ('_set', '_inc')
+                    WHERE u.operation NOT IN ('_set', '_inc', '_array_append', '_array_put')
                     OFFSET 0
                 ) x
                 OFFSET 0
@@ -889,6 +933,7 @@ COMMENT ON FUNCTION api.profile_apply_round(api.profile_update[], boolean) IS
 CREATE FUNCTION api.profile_apply_core(p_updates jsonb, p_ord_offset integer, p_record boolean)
 RETURNS SETOF api.profile_apply_result
 LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now       bigint := floor(extract(epoch FROM now()) * 1000)::bigint;
