@@ -266,6 +266,61 @@ $$;
 COMMENT ON FUNCTION api.profile_op_class(text) IS
     'Internal: the class of a profile update operation (set, max, del, delh, inc, arr, rem, ttl, link), NULL for an unknown one.';
 
+-- api.profile_op_direct: internal. Whether an operation's new _latest value follows from the update
+-- and the current _latest alone, so that api.profile_apply_round writes it with one UPDATE (or
+-- upsert): _set, _inc, _array_append, _array_put, and _set_with_history,
+-- _array_append_with_history and _array_put_with_history, whose old value is archived first.
+-- Raises: nothing.
+CREATE FUNCTION api.profile_op_direct(p_operation text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT p_operation IN ('_set', '_inc', '_array_append', '_array_put', '_set_with_history',
+                           '_array_append_with_history', '_array_put_with_history');
+$$;
+COMMENT ON FUNCTION api.profile_op_direct(text) IS
+    'Internal: whether a profile update operation is written by api.profile_apply_round''s single UPDATE (or upsert): _set, _inc, _array_append, _array_put and _set_with_history, _array_append_with_history, _array_put_with_history.';
+
+-- api.profile_history_retry: internal. Archives old _latest values whose history pit (_ + their
+-- inserted time) was already taken: each moves forward by 1 ms until its pit is free, and the
+-- grains written are recorded for change notifications.
+-- Raises: nothing of its own.
+CREATE FUNCTION api.profile_history_retry(p_pending profile.profilestore[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_pending profile.profilestore[] := p_pending;
+    v_offset  bigint := 1;
+BEGIN
+    WHILE v_pending IS NOT NULL LOOP
+        WITH arch AS (
+            INSERT INTO profile.profilestore (correlation_id, profile_type, path, pit, value, certainty, grain_type,
+                                              inserted, ttl, reader, origin, ttn, expires_at, notify_at)
+            SELECT o.correlation_id, o.profile_type, o.path, api.profile_pit(o.inserted + v_offset), o.value,
+                   o.certainty, o.grain_type, o.inserted, o.ttl, o.reader, o.origin, o.ttn, o.expires_at, o.notify_at
+            FROM unnest(v_pending) AS o
+            ON CONFLICT DO NOTHING
+            RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path, profilestore.reader
+        ), pend AS (
+            INSERT INTO silo.change_pending (channel, kind, grains)
+            SELECT 'profile:*', 'changed',
+                   api.change_grains(array_agg(a.correlation_id), array_agg(a.profile_type), array_agg(a.reader), array_agg(a.path))
+            FROM arch AS a
+            HAVING count(*) > 0 AND api.change_capture_on()
+        )
+        SELECT array_agg(o) INTO v_pending
+        FROM unnest(v_pending) AS o
+        WHERE NOT EXISTS (SELECT 1 FROM arch
+                          WHERE arch.correlation_id = o.correlation_id AND arch.profile_type = o.profile_type
+                            AND arch.path = o.path);
+        v_offset := v_offset + 1;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION api.profile_history_retry(profile.profilestore[]) IS
+    'Internal: archives old _latest values whose history pit was taken, 1 ms later each time until the pit is free.';
+
 -- api.profile_grain_type: internal. The grain type an update of operation class p_class writes
 -- with a _v of JSON type p_v_type: c for _inc, a for array operations and for a _set* of an array,
 -- t otherwise.
@@ -470,11 +525,13 @@ COMMENT ON FUNCTION api.profile_dead_letter_add(jsonb, text, text, text) IS
     'Internal: records a rejected profile update message in profile.dead_letters and returns its id.';
 
 -- api.profile_apply_round: internal. Applies valid updates of distinct grains whose targets are
--- resolved (one round of a segment) set-based. _set, _inc, _array_append and _array_put are
--- written by one statement: an UPDATE of the existing _latest values of their grain type (_inc
--- adds to the counter, the array operations build on the array, both keeping the metadata, all
--- on the row's newest version, which the UPDATE locks), then an upsert of the rest (new grains;
--- an UPDATE is cheaper than an upsert's conflict check for the usual existing grain). An existing
+-- resolved (one round of a segment) set-based. The direct operations (api.profile_op_direct:
+-- _set, _inc, _array_append, _array_put and the history forms of _set and the two array
+-- operations) are written by one statement: the old values that go to history are locked and
+-- archived, then an UPDATE rewrites the existing _latest values of their grain type (_inc adds to
+-- the counter, the array operations build on the array, both keeping the metadata, all on the
+-- row's newest version, which the UPDATE locks), then an upsert writes the rest (new grains; an
+-- UPDATE is cheaper than an upsert's conflict check for the usual existing grain). An existing
 -- _latest of another grain type is left alone, a new _latest whose grain's history has another
 -- type is removed again, and both updates are rejected (SPTYP). Every other update goes through
 -- one more statement: read and lock the current _latest values, decide
@@ -505,42 +562,68 @@ DECLARE
     v_clashes jsonb;
     v_clash   integer[];
     v_pending profile.profilestore[];
-    v_offset  bigint := 1;
 BEGIN
-    -- _set, _inc, _array_append and _array_put: an UPDATE of the existing _latest values of the
-    -- same grain type (it locks each row it rewrites, and builds the counter or array on the
-    -- row's newest version), then an upsert of the others: new grains, grains of another type
-    -- (left alone by the upsert's WHERE: dead-lettered below) and grains created meanwhile by a
-    -- concurrent writer (overwritten as if this had come first; a counter adds up). Results are ok
-    -- unless fewer rows were written than sent or a new _latest clashes with the grain's history:
-    -- then the exceptions are worked out below.
-    WITH upd AS (
-        UPDATE profile.profilestore p
-        SET value = CASE u.operation
-                        WHEN '_set' THEN u.v
-                        WHEN '_inc' THEN jsonb_build_object(
-                            '_initial', p.value -> '_initial',
-                            '_step', to_jsonb(trim_scale(u.inc[2])),
-                            '_current', to_jsonb(trim_scale((p.value ->> '_current')::numeric + u.inc[2] * u.inc[3])))
-                        WHEN '_array_append' THEN p.value || u.v
-                        ELSE p.value || coalesce((
-                            SELECT jsonb_agg(e.x ORDER BY e.o)
-                            FROM (SELECT DISTINCT ON (t.x) t.x, t.o
-                                  FROM jsonb_array_elements(u.v) WITH ORDINALITY AS t(x, o)
-                                  ORDER BY t.x, t.o) e
-                            WHERE NOT p.value @> jsonb_build_array(e.x)), '[]')
-                    END,
-            -- _set replaces the metadata; counters and arrays keep theirs.
-            certainty = CASE WHEN u.operation = '_set' THEN u.certainty ELSE p.certainty END,
-            inserted = u.inserted,
-            ttl = CASE WHEN u.operation = '_set' THEN u.ttl ELSE p.ttl END,
-            reader = CASE WHEN u.operation = '_set' THEN u.reader ELSE p.reader END,
-            origin = CASE WHEN u.operation = '_set' THEN u.origin ELSE p.origin END,
-            ttn = CASE WHEN u.operation = '_set' THEN u.ttn ELSE p.ttn END,
-            expires_at = api.profile_expiry(u.inserted, CASE WHEN u.operation = '_set' THEN u.ttl ELSE p.ttl END),
-            notify_at = api.profile_expiry(u.inserted, CASE WHEN u.operation = '_set' THEN u.ttn ELSE p.ttn END)
+    -- The direct operations (api.profile_op_direct) in one statement. Old values that go to history
+    -- are read and locked first (l) and archived (arch); the UPDATE waits for that (its one-time
+    -- filter counts arch), then rewrites the existing _latest values of the same grain type: it locks each
+    -- row and builds counters and arrays on the row's newest version. The upsert takes the others:
+    -- new grains, grains of another type (left alone by its WHERE: dead-lettered below) and grains
+    -- created meanwhile by a concurrent writer (overwritten as if this had come first; a counter
+    -- adds up). Results are ok unless fewer rows were written than sent or a new _latest clashes
+    -- with the grain's history: then the exceptions are worked out below.
+    WITH l AS (
+        SELECT p.correlation_id, p.profile_type, p.path, p.pit, p.value, p.certainty, p.grain_type, p.inserted,
+               p.ttl, p.reader, p.origin, p.ttn, p.expires_at, p.notify_at
         FROM unnest(p_round) AS u
-        WHERE u.operation IN ('_set', '_inc', '_array_append', '_array_put')
+        JOIN profile.profilestore p
+          ON p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
+         AND p.pit = '_latest' AND p.grain_type = u.grain_type
+        WHERE u.operation IN ('_set_with_history', '_array_append_with_history', '_array_put_with_history')
+        FOR UPDATE OF p
+    ), arch AS (
+        -- Old values to history, at _ + their inserted time (a pit that is taken: see below).
+        INSERT INTO profile.profilestore (correlation_id, profile_type, path, pit, value, certainty, grain_type,
+                                          inserted, ttl, reader, origin, ttn, expires_at, notify_at)
+        SELECT l.correlation_id, l.profile_type, l.path, api.profile_pit(l.inserted), l.value, l.certainty,
+               l.grain_type, l.inserted, l.ttl, l.reader, l.origin, l.ttn, l.expires_at, l.notify_at
+        FROM l
+        ON CONFLICT DO NOTHING
+        RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path, profilestore.reader
+    ), upd AS (
+        UPDATE profile.profilestore p
+        SET value = CASE WHEN u.repl THEN u.v
+                         WHEN u.operation = '_inc' THEN jsonb_build_object(
+                             '_initial', p.value -> '_initial',
+                             '_step', to_jsonb(trim_scale(u.inc[2])),
+                             '_current', to_jsonb(trim_scale((p.value ->> '_current')::numeric + u.inc[2] * u.inc[3])))
+                         WHEN u.operation IN ('_array_append', '_array_append_with_history') THEN p.value || u.v
+                         ELSE p.value || coalesce((
+                             SELECT jsonb_agg(e.x ORDER BY e.o)
+                             FROM (SELECT DISTINCT ON (t.x) t.x, t.o
+                                   FROM jsonb_array_elements(u.v) WITH ORDINALITY AS t(x, o)
+                                   ORDER BY t.x, t.o) e
+                             WHERE NOT p.value @> jsonb_build_array(e.x)), '[]')
+                    END,
+            -- _set and _set_with_history replace the metadata; counters and arrays keep theirs.
+            certainty = CASE WHEN u.repl THEN u.certainty ELSE p.certainty END,
+            inserted = u.inserted,
+            ttl = CASE WHEN u.repl THEN u.ttl ELSE p.ttl END,
+            reader = CASE WHEN u.repl THEN u.reader ELSE p.reader END,
+            origin = CASE WHEN u.repl THEN u.origin ELSE p.origin END,
+            ttn = CASE WHEN u.repl THEN u.ttn ELSE p.ttn END,
+            expires_at = api.profile_expiry(u.inserted, CASE WHEN u.repl
+                                                             THEN u.ttl ELSE p.ttl END),
+            notify_at = api.profile_expiry(u.inserted, CASE WHEN u.repl
+                                                            THEN u.ttn ELSE p.ttn END)
+        FROM (
+            -- repl: the update replaces the metadata (_set, _set_with_history); counters and arrays
+            -- keep theirs.
+            SELECT r.*, r.operation IN ('_set', '_set_with_history') AS repl
+            FROM unnest(p_round) AS r
+            WHERE api.profile_op_direct(r.operation)
+            OFFSET 0
+        ) AS u
+        WHERE (SELECT count(*) FROM arch) >= 0
           AND p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
           AND p.pit = '_latest' AND p.grain_type = u.grain_type
         RETURNING u.ord, p.correlation_id, p.profile_type, p.path, p.reader
@@ -559,7 +642,7 @@ BEGIN
                u.certainty, u.grain_type, u.inserted, u.ttl, u.reader, u.origin, u.ttn,
                api.profile_expiry(u.inserted, u.ttl), api.profile_expiry(u.inserted, u.ttn)
         FROM unnest(p_round) AS u
-        WHERE u.operation IN ('_set', '_inc', '_array_append', '_array_put')
+        WHERE api.profile_op_direct(u.operation)
           AND u.ord NOT IN (SELECT upd.ord FROM upd)
         ON CONFLICT (correlation_id, profile_type, path, pit) DO UPDATE
         SET value = CASE WHEN EXCLUDED.grain_type = 'c' THEN jsonb_build_object(
@@ -596,19 +679,28 @@ BEGIN
         INSERT INTO silo.change_pending (channel, kind, grains)
         SELECT 'profile:*', 'changed',
                api.change_grains(array_agg(i.correlation_id), array_agg(i.profile_type), array_agg(i.reader), array_agg(i.path))
-        FROM w AS i
-        WHERE i.clash IS NULL
+        FROM (SELECT w.correlation_id, w.profile_type, w.path, w.reader FROM w WHERE w.clash IS NULL
+              UNION ALL
+              SELECT arch.correlation_id, arch.profile_type, arch.path, arch.reader FROM arch) AS i
         HAVING count(*) > 0 AND api.change_capture_on()
     )
-    SELECT o.sent, o.ok, i.written, i.clashes
-    INTO v_sent, v_res, v_written, v_clashes
+    SELECT o.sent, o.ok, i.written, i.clashes, h.pending
+    INTO v_sent, v_res, v_written, v_clashes, v_pending
     FROM (SELECT count(*) AS written, jsonb_agg(i.clash) FILTER (WHERE i.clash IS NOT NULL) AS clashes
           FROM w AS i) AS i,
          (SELECT count(*) AS sent,
                  array_agg(ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::api.profile_apply_result)
                      FILTER (WHERE p_ok) AS ok
           FROM unnest(p_round) AS u
-          WHERE u.operation IN ('_set', '_inc', '_array_append', '_array_put')) AS o;
+          WHERE api.profile_op_direct(u.operation)) AS o,
+         -- Old values whose history pit was taken.
+         (SELECT array_agg(ROW(l.*)::profile.profilestore) AS pending
+          FROM l
+          WHERE (l.correlation_id, l.profile_type, l.path)
+                NOT IN (SELECT arch.correlation_id, arch.profile_type, arch.path FROM arch)) AS h;
+    IF v_pending IS NOT NULL THEN
+        PERFORM api.profile_history_retry(v_pending);
+    END IF;
 
     IF v_written < v_sent OR v_clashes IS NOT NULL THEN
         -- Rows not written (the _latest has another grain type: the conflicting row stays locked by
@@ -631,7 +723,7 @@ BEGIN
                 LEFT JOIN LATERAL (
                     SELECT x ->> 3 AS clash FROM jsonb_array_elements(v_clashes) AS x
                     WHERE x ->> 0 = u.target AND x ->> 1 = u.profile_type AND x ->> 2 = u.path) c ON true
-                WHERE u.operation IN ('_set', '_inc', '_array_append', '_array_put')
+                WHERE api.profile_op_direct(u.operation)
                 OFFSET 0
             ) z
             WHERE p_ok OR (z.r).status <> 'ok');
@@ -758,7 +850,7 @@ BEGIN
                           AND u.operation NOT IN ('_delete', '_delete_with_history', '_set_ttl', '_set_ttn')
                         FOR UPDATE OF p
                     ) l ON true
-                    WHERE u.operation NOT IN ('_set', '_inc', '_array_append', '_array_put')
+                    WHERE NOT api.profile_op_direct(u.operation)
                     OFFSET 0
                 ) x
                 OFFSET 0
@@ -884,29 +976,9 @@ BEGIN
     END IF;
 
     -- History pits already taken (two values inserted in the same millisecond): 1 ms later.
-    WHILE v_pending IS NOT NULL LOOP
-        WITH arch AS (
-            INSERT INTO profile.profilestore (correlation_id, profile_type, path, pit, value, certainty, grain_type,
-                                              inserted, ttl, reader, origin, ttn, expires_at, notify_at)
-            SELECT o.correlation_id, o.profile_type, o.path, api.profile_pit(o.inserted + v_offset), o.value,
-                   o.certainty, o.grain_type, o.inserted, o.ttl, o.reader, o.origin, o.ttn, o.expires_at, o.notify_at
-            FROM unnest(v_pending) AS o
-            ON CONFLICT DO NOTHING
-            RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path, profilestore.reader
-        ), pend AS (
-            INSERT INTO silo.change_pending (channel, kind, grains)
-            SELECT 'profile:*', 'changed',
-                   api.change_grains(array_agg(a.correlation_id), array_agg(a.profile_type), array_agg(a.reader), array_agg(a.path))
-            FROM arch AS a
-            HAVING count(*) > 0 AND api.change_capture_on()
-        )
-        SELECT array_agg(o) INTO v_pending
-        FROM unnest(v_pending) AS o
-        WHERE NOT EXISTS (SELECT 1 FROM arch
-                          WHERE arch.correlation_id = o.correlation_id AND arch.profile_type = o.profile_type
-                            AND arch.path = o.path);
-        v_offset := v_offset + 1;
-    END LOOP;
+    IF v_pending IS NOT NULL THEN
+        PERFORM api.profile_history_retry(v_pending);
+    END IF;
 
     RETURN v_res;
 END
