@@ -562,144 +562,150 @@ DECLARE
     v_clashes jsonb;
     v_clash   integer[];
     v_pending profile.profilestore[];
+    v_history boolean;
 BEGIN
-    -- The direct operations (api.profile_op_direct) in one statement. Old values that go to history
-    -- are read and locked first (l) and archived (arch); the UPDATE waits for that (its one-time
-    -- filter counts arch), then rewrites the existing _latest values of the same grain type: it locks each
-    -- row and builds counters and arrays on the row's newest version. The upsert takes the others:
-    -- new grains, grains of another type (left alone by its WHERE: dead-lettered below) and grains
-    -- created meanwhile by a concurrent writer (overwritten as if this had come first; a counter
-    -- adds up). Results are ok unless fewer rows were written than sent or a new _latest clashes
-    -- with the grain's history: then the exceptions are worked out below.
-    WITH l AS (
-        SELECT p.correlation_id, p.profile_type, p.path, p.pit, p.value, p.certainty, p.grain_type, p.inserted,
-               p.ttl, p.reader, p.origin, p.ttn, p.expires_at, p.notify_at
-        FROM unnest(p_round) AS u
-        JOIN profile.profilestore p
-          ON p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
-         AND p.pit = '_latest' AND p.grain_type = u.grain_type
-        WHERE u.operation IN ('_set_with_history', '_array_append_with_history', '_array_put_with_history')
-        FOR UPDATE OF p
-    ), arch AS (
-        -- Old values to history, at _ + their inserted time (a pit that is taken: see below).
-        INSERT INTO profile.profilestore (correlation_id, profile_type, path, pit, value, certainty, grain_type,
-                                          inserted, ttl, reader, origin, ttn, expires_at, notify_at)
-        SELECT l.correlation_id, l.profile_type, l.path, api.profile_pit(l.inserted), l.value, l.certainty,
-               l.grain_type, l.inserted, l.ttl, l.reader, l.origin, l.ttn, l.expires_at, l.notify_at
-        FROM l
-        ON CONFLICT DO NOTHING
-        RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path, profilestore.reader
-    ), upd AS (
-        UPDATE profile.profilestore p
-        SET value = CASE WHEN u.repl THEN u.v
-                         WHEN u.operation = '_inc' THEN jsonb_build_object(
-                             '_initial', p.value -> '_initial',
-                             '_step', to_jsonb(trim_scale(u.inc[2])),
-                             '_current', to_jsonb(trim_scale((p.value ->> '_current')::numeric + u.inc[2] * u.inc[3])))
-                         WHEN u.operation IN ('_array_append', '_array_append_with_history') THEN p.value || u.v
-                         ELSE p.value || coalesce((
-                             SELECT jsonb_agg(e.x ORDER BY e.o)
-                             FROM (SELECT DISTINCT ON (t.x) t.x, t.o
-                                   FROM jsonb_array_elements(u.v) WITH ORDINALITY AS t(x, o)
-                                   ORDER BY t.x, t.o) e
-                             WHERE NOT p.value @> jsonb_build_array(e.x)), '[]')
-                    END,
-            -- _set and _set_with_history replace the metadata; counters and arrays keep theirs.
-            certainty = CASE WHEN u.repl THEN u.certainty ELSE p.certainty END,
-            inserted = u.inserted,
-            ttl = CASE WHEN u.repl THEN u.ttl ELSE p.ttl END,
-            reader = CASE WHEN u.repl THEN u.reader ELSE p.reader END,
-            origin = CASE WHEN u.repl THEN u.origin ELSE p.origin END,
-            ttn = CASE WHEN u.repl THEN u.ttn ELSE p.ttn END,
-            expires_at = api.profile_expiry(u.inserted, CASE WHEN u.repl
-                                                             THEN u.ttl ELSE p.ttl END),
-            notify_at = api.profile_expiry(u.inserted, CASE WHEN u.repl
-                                                            THEN u.ttn ELSE p.ttn END)
-        FROM (
-            -- repl: the update replaces the metadata (_set, _set_with_history); counters and arrays
-            -- keep theirs.
-            SELECT r.*, r.operation IN ('_set', '_set_with_history') AS repl
-            FROM unnest(p_round) AS r
-            WHERE api.profile_op_direct(r.operation)
-            OFFSET 0
-        ) AS u
-        WHERE (SELECT count(*) FROM arch) >= 0
-          AND p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
-          AND p.pit = '_latest' AND p.grain_type = u.grain_type
-        RETURNING u.ord, p.correlation_id, p.profile_type, p.path, p.reader
-    ), ins AS (
-        -- Only _inc writes grain type c, so on a conflict EXCLUDED.grain_type tells a counter, whose
-        -- steps (the new counter's _current - _initial) add to the current one and whose metadata
-        -- stays, from a value that replaces the current one.
-        INSERT INTO profile.profilestore AS p (correlation_id, profile_type, path, pit, value, certainty, grain_type,
-                                               inserted, ttl, reader, origin, ttn, expires_at, notify_at)
-        SELECT u.target, u.profile_type, u.path, '_latest',
-               CASE WHEN u.operation = '_inc' THEN jsonb_build_object(
-                        '_initial', to_jsonb(trim_scale(u.inc[1])),
-                        '_step', to_jsonb(trim_scale(u.inc[2])),
-                        '_current', to_jsonb(trim_scale(u.inc[1] + u.inc[2] * u.inc[3])))
-                    ELSE u.v END,
-               u.certainty, u.grain_type, u.inserted, u.ttl, u.reader, u.origin, u.ttn,
-               api.profile_expiry(u.inserted, u.ttl), api.profile_expiry(u.inserted, u.ttn)
-        FROM unnest(p_round) AS u
-        WHERE api.profile_op_direct(u.operation)
-          AND u.ord NOT IN (SELECT upd.ord FROM upd)
-        ON CONFLICT (correlation_id, profile_type, path, pit) DO UPDATE
-        SET value = CASE WHEN EXCLUDED.grain_type = 'c' THEN jsonb_build_object(
-                            '_initial', p.value -> '_initial',
-                            '_step', EXCLUDED.value -> '_step',
-                            '_current', to_jsonb(trim_scale((p.value ->> '_current')::numeric
-                                                            + ((EXCLUDED.value ->> '_current')::numeric
-                                                               - (EXCLUDED.value ->> '_initial')::numeric))))
-                         ELSE EXCLUDED.value END,
-            certainty = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.certainty ELSE EXCLUDED.certainty END,
-            grain_type = EXCLUDED.grain_type,
-            inserted = EXCLUDED.inserted,
-            ttl = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.ttl ELSE EXCLUDED.ttl END,
-            reader = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.reader ELSE EXCLUDED.reader END,
-            origin = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.origin ELSE EXCLUDED.origin END,
-            ttn = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.ttn ELSE EXCLUDED.ttn END,
-            expires_at = CASE WHEN EXCLUDED.grain_type = 'c' THEN api.profile_expiry(EXCLUDED.inserted, p.ttl)
-                              ELSE EXCLUDED.expires_at END,
-            notify_at = CASE WHEN EXCLUDED.grain_type = 'c' THEN api.profile_expiry(EXCLUDED.inserted, p.ttn)
-                             ELSE EXCLUDED.notify_at END
-        WHERE p.grain_type = EXCLUDED.grain_type
-        RETURNING p.correlation_id, p.profile_type, p.path, p.reader,
-                  CASE WHEN p.xmax = 0 THEN (SELECT jsonb_build_array(p.correlation_id, p.profile_type, p.path, h.grain_type)
-                                             FROM profile.profilestore h
-                                             WHERE h.correlation_id = p.correlation_id AND h.profile_type = p.profile_type
-                                               AND h.path = p.path AND h.grain_type <> p.grain_type
-                                             LIMIT 1) END AS clash
-    ), w AS (
-        SELECT upd.correlation_id, upd.profile_type, upd.path, upd.reader, NULL::jsonb AS clash FROM upd
-        UNION ALL
-        SELECT ins.correlation_id, ins.profile_type, ins.path, ins.reader, ins.clash FROM ins
-    ), pend AS (
-        -- The grains written, for change notifications (a clashing row is removed again below).
-        INSERT INTO silo.change_pending (channel, kind, grains)
-        SELECT 'profile:*', 'changed',
-               api.change_grains(array_agg(i.correlation_id), array_agg(i.profile_type), array_agg(i.reader), array_agg(i.path))
-        FROM (SELECT w.correlation_id, w.profile_type, w.path, w.reader FROM w WHERE w.clash IS NULL
-              UNION ALL
-              SELECT arch.correlation_id, arch.profile_type, arch.path, arch.reader FROM arch) AS i
-        HAVING count(*) > 0 AND api.change_capture_on()
-    )
-    SELECT o.sent, o.ok, i.written, i.clashes, h.pending
-    INTO v_sent, v_res, v_written, v_clashes, v_pending
-    FROM (SELECT count(*) AS written, jsonb_agg(i.clash) FILTER (WHERE i.clash IS NOT NULL) AS clashes
-          FROM w AS i) AS i,
-         (SELECT count(*) AS sent,
-                 array_agg(ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::api.profile_apply_result)
-                     FILTER (WHERE p_ok) AS ok
-          FROM unnest(p_round) AS u
-          WHERE api.profile_op_direct(u.operation)) AS o,
-         -- Old values whose history pit was taken.
-         (SELECT array_agg(ROW(l.*)::profile.profilestore) AS pending
-          FROM l
-          WHERE (l.correlation_id, l.profile_type, l.path)
-                NOT IN (SELECT arch.correlation_id, arch.profile_type, arch.path FROM arch)) AS h;
-    IF v_pending IS NOT NULL THEN
-        PERFORM api.profile_history_retry(v_pending);
+    -- How many direct updates there are, and whether some archive an old value: what the statement
+    -- below needs to do.
+    SELECT count(*) FILTER (WHERE api.profile_op_direct(u.operation)),
+           coalesce(bool_or(u.operation IN ('_set_with_history', '_array_append_with_history', '_array_put_with_history')), false)
+    INTO v_sent, v_history
+    FROM unnest(p_round) AS u;
+
+    IF v_sent > 0 THEN
+        -- The direct operations (api.profile_op_direct) in one statement. Old values that go to history
+        -- are read and locked first (l) and archived (arch); the UPDATE waits for that (its one-time
+        -- filter counts arch), then rewrites the existing _latest values of the same grain type: it locks each
+        -- row and builds counters and arrays on the row's newest version. The upsert takes the others:
+        -- new grains, grains of another type (left alone by its WHERE: dead-lettered below) and grains
+        -- created meanwhile by a concurrent writer (overwritten as if this had come first; a counter
+        -- adds up). Results are ok unless fewer rows were written than sent or a new _latest clashes
+        -- with the grain's history: then the exceptions are worked out below.
+        WITH l AS (
+            SELECT p.correlation_id, p.profile_type, p.path, p.pit, p.value, p.certainty, p.grain_type, p.inserted,
+                   p.ttl, p.reader, p.origin, p.ttn, p.expires_at, p.notify_at
+            FROM unnest(p_round) AS u
+            JOIN profile.profilestore p
+              ON p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
+             AND p.pit = '_latest' AND p.grain_type = u.grain_type
+            WHERE v_history AND u.operation IN ('_set_with_history', '_array_append_with_history', '_array_put_with_history')
+            FOR UPDATE OF p
+        ), arch AS (
+            -- Old values to history, at _ + their inserted time (a pit that is taken: see below).
+            INSERT INTO profile.profilestore (correlation_id, profile_type, path, pit, value, certainty, grain_type,
+                                              inserted, ttl, reader, origin, ttn, expires_at, notify_at)
+            SELECT l.correlation_id, l.profile_type, l.path, api.profile_pit(l.inserted), l.value, l.certainty,
+                   l.grain_type, l.inserted, l.ttl, l.reader, l.origin, l.ttn, l.expires_at, l.notify_at
+            FROM l
+            ON CONFLICT DO NOTHING
+            RETURNING profilestore.correlation_id, profilestore.profile_type, profilestore.path, profilestore.reader
+        ), upd AS (
+            UPDATE profile.profilestore p
+            SET value = CASE WHEN u.repl THEN u.v
+                             WHEN u.operation = '_inc' THEN jsonb_build_object(
+                                 '_initial', p.value -> '_initial',
+                                 '_step', to_jsonb(trim_scale(u.inc[2])),
+                                 '_current', to_jsonb(trim_scale((p.value ->> '_current')::numeric + u.inc[2] * u.inc[3])))
+                             WHEN u.operation IN ('_array_append', '_array_append_with_history') THEN p.value || u.v
+                             ELSE p.value || coalesce((
+                                 SELECT jsonb_agg(e.x ORDER BY e.o)
+                                 FROM (SELECT DISTINCT ON (t.x) t.x, t.o
+                                       FROM jsonb_array_elements(u.v) WITH ORDINALITY AS t(x, o)
+                                       ORDER BY t.x, t.o) e
+                                 WHERE NOT p.value @> jsonb_build_array(e.x)), '[]')
+                        END,
+                -- _set and _set_with_history replace the metadata; counters and arrays keep theirs.
+                certainty = CASE WHEN u.repl THEN u.certainty ELSE p.certainty END,
+                inserted = u.inserted,
+                ttl = CASE WHEN u.repl THEN u.ttl ELSE p.ttl END,
+                reader = CASE WHEN u.repl THEN u.reader ELSE p.reader END,
+                origin = CASE WHEN u.repl THEN u.origin ELSE p.origin END,
+                ttn = CASE WHEN u.repl THEN u.ttn ELSE p.ttn END,
+                expires_at = api.profile_expiry(u.inserted, CASE WHEN u.repl
+                                                                 THEN u.ttl ELSE p.ttl END),
+                notify_at = api.profile_expiry(u.inserted, CASE WHEN u.repl
+                                                                THEN u.ttn ELSE p.ttn END)
+            FROM (
+                -- repl: the update replaces the metadata (_set, _set_with_history); counters and arrays
+                -- keep theirs.
+                SELECT r.*, r.operation IN ('_set', '_set_with_history') AS repl
+                FROM unnest(p_round) AS r
+                WHERE api.profile_op_direct(r.operation)
+                OFFSET 0
+            ) AS u
+            WHERE (SELECT count(*) FROM arch) >= 0
+              AND p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
+              AND p.pit = '_latest' AND p.grain_type = u.grain_type
+            RETURNING u.ord, p.correlation_id, p.profile_type, p.path, p.reader
+        ), ins AS (
+            -- Only _inc writes grain type c, so on a conflict EXCLUDED.grain_type tells a counter, whose
+            -- steps (the new counter's _current - _initial) add to the current one and whose metadata
+            -- stays, from a value that replaces the current one.
+            INSERT INTO profile.profilestore AS p (correlation_id, profile_type, path, pit, value, certainty, grain_type,
+                                                   inserted, ttl, reader, origin, ttn, expires_at, notify_at)
+            SELECT u.target, u.profile_type, u.path, '_latest',
+                   CASE WHEN u.operation = '_inc' THEN jsonb_build_object(
+                            '_initial', to_jsonb(trim_scale(u.inc[1])),
+                            '_step', to_jsonb(trim_scale(u.inc[2])),
+                            '_current', to_jsonb(trim_scale(u.inc[1] + u.inc[2] * u.inc[3])))
+                        ELSE u.v END,
+                   u.certainty, u.grain_type, u.inserted, u.ttl, u.reader, u.origin, u.ttn,
+                   api.profile_expiry(u.inserted, u.ttl), api.profile_expiry(u.inserted, u.ttn)
+            FROM unnest(p_round) AS u
+            WHERE (SELECT count(*) FROM upd) < v_sent AND api.profile_op_direct(u.operation)
+              AND u.ord NOT IN (SELECT upd.ord FROM upd)
+            ON CONFLICT (correlation_id, profile_type, path, pit) DO UPDATE
+            SET value = CASE WHEN EXCLUDED.grain_type = 'c' THEN jsonb_build_object(
+                                '_initial', p.value -> '_initial',
+                                '_step', EXCLUDED.value -> '_step',
+                                '_current', to_jsonb(trim_scale((p.value ->> '_current')::numeric
+                                                                + ((EXCLUDED.value ->> '_current')::numeric
+                                                                   - (EXCLUDED.value ->> '_initial')::numeric))))
+                             ELSE EXCLUDED.value END,
+                certainty = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.certainty ELSE EXCLUDED.certainty END,
+                grain_type = EXCLUDED.grain_type,
+                inserted = EXCLUDED.inserted,
+                ttl = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.ttl ELSE EXCLUDED.ttl END,
+                reader = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.reader ELSE EXCLUDED.reader END,
+                origin = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.origin ELSE EXCLUDED.origin END,
+                ttn = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.ttn ELSE EXCLUDED.ttn END,
+                expires_at = CASE WHEN EXCLUDED.grain_type = 'c' THEN api.profile_expiry(EXCLUDED.inserted, p.ttl)
+                                  ELSE EXCLUDED.expires_at END,
+                notify_at = CASE WHEN EXCLUDED.grain_type = 'c' THEN api.profile_expiry(EXCLUDED.inserted, p.ttn)
+                                 ELSE EXCLUDED.notify_at END
+            WHERE p.grain_type = EXCLUDED.grain_type
+            RETURNING p.correlation_id, p.profile_type, p.path, p.reader,
+                      CASE WHEN p.xmax = 0 THEN (SELECT jsonb_build_array(p.correlation_id, p.profile_type, p.path, h.grain_type)
+                                                 FROM profile.profilestore h
+                                                 WHERE h.correlation_id = p.correlation_id AND h.profile_type = p.profile_type
+                                                   AND h.path = p.path AND h.grain_type <> p.grain_type
+                                                 LIMIT 1) END AS clash
+        ), pend AS (
+            -- The grains written, for change notifications (a clashing row is removed again below).
+            INSERT INTO silo.change_pending (channel, kind, grains)
+            SELECT 'profile:*', 'changed',
+                   api.change_grains(array_agg(i.correlation_id), array_agg(i.profile_type), array_agg(i.reader), array_agg(i.path))
+            FROM (SELECT upd.correlation_id, upd.profile_type, upd.path, upd.reader FROM upd
+                  UNION ALL
+                  SELECT ins.correlation_id, ins.profile_type, ins.path, ins.reader FROM ins WHERE ins.clash IS NULL
+                  UNION ALL
+                  SELECT arch.correlation_id, arch.profile_type, arch.path, arch.reader FROM arch) AS i
+            HAVING count(*) > 0 AND api.change_capture_on()
+        )
+        SELECT (SELECT count(*) FROM upd) + i.written, i.clashes, o.ok, h.pending
+        INTO v_written, v_clashes, v_res, v_pending
+        FROM (SELECT count(*) AS written, jsonb_agg(i.clash) FILTER (WHERE i.clash IS NOT NULL) AS clashes
+              FROM ins AS i) AS i,
+             (SELECT array_agg(ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::api.profile_apply_result) AS ok
+              FROM unnest(p_round) AS u
+              WHERE p_ok AND api.profile_op_direct(u.operation)) AS o,
+             -- Old values whose history pit was taken.
+             (SELECT array_agg(ROW(l.*)::profile.profilestore) AS pending
+              FROM l
+              WHERE (l.correlation_id, l.profile_type, l.path)
+                    NOT IN (SELECT arch.correlation_id, arch.profile_type, arch.path FROM arch)) AS h;
+        IF v_pending IS NOT NULL THEN
+            PERFORM api.profile_history_retry(v_pending);
+        END IF;
     END IF;
 
     IF v_written < v_sent OR v_clashes IS NOT NULL THEN
