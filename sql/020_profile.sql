@@ -281,6 +281,19 @@ $$;
 COMMENT ON FUNCTION api.profile_op_direct(text) IS
     'Internal: whether a profile update operation is written by api.profile_apply_round''s single UPDATE (or upsert): _set, _inc, _array_append, _array_put and _set_with_history, _array_append_with_history, _array_put_with_history.';
 
+-- api.profile_op_archives: internal. Whether a direct operation (api.profile_op_direct) archives
+-- the old _latest value to history: _set_with_history, _array_append_with_history and
+-- _array_put_with_history.
+-- Raises: nothing.
+CREATE FUNCTION api.profile_op_archives(p_operation text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT p_operation IN ('_set_with_history', '_array_append_with_history', '_array_put_with_history');
+$$;
+COMMENT ON FUNCTION api.profile_op_archives(text) IS
+    'Internal: whether a direct profile update operation archives the old _latest value (_set_with_history, _array_append_with_history, _array_put_with_history).';
+
 -- api.profile_history_retry: internal. Archives old _latest values whose history pit (_ + their
 -- inserted time) was already taken: each moves forward by 1 ms until its pit is free, and the
 -- grains written are recorded for change notifications.
@@ -548,7 +561,8 @@ COMMENT ON FUNCTION api.profile_dead_letter_add(jsonb, text, text, text) IS
 -- triggers of profile.profilestore stay idle. It also runs with generic plans: its statements are
 -- large, and planning them anew for every small batch cost more than applying it.
 -- Raises: nothing of its own; an unexpected error propagates (api.profile_apply_batch handles it).
-CREATE FUNCTION api.profile_apply_round(p_round api.profile_update[], p_ok boolean)
+CREATE FUNCTION api.profile_apply_round(p_round api.profile_update[], p_ok boolean,
+                                        p_direct integer DEFAULT NULL, p_history boolean DEFAULT NULL)
 RETURNS api.profile_apply_result[]
 LANGUAGE plpgsql VOLATILE
 SET silo.change_triggers = off
@@ -565,11 +579,16 @@ DECLARE
     v_history boolean;
 BEGIN
     -- How many direct updates there are, and whether some archive an old value: what the statement
-    -- below needs to do.
-    SELECT count(*) FILTER (WHERE api.profile_op_direct(u.operation)),
-           coalesce(bool_or(u.operation IN ('_set_with_history', '_array_append_with_history', '_array_put_with_history')), false)
-    INTO v_sent, v_history
-    FROM unnest(p_round) AS u;
+    -- below needs to do (the caller may know already).
+    IF p_direct IS NOT NULL AND p_history IS NOT NULL THEN
+        v_sent := p_direct;
+        v_history := p_history;
+    ELSE
+        SELECT count(*) FILTER (WHERE api.profile_op_direct(u.operation)),
+               coalesce(bool_or(api.profile_op_archives(u.operation)), false)
+        INTO v_sent, v_history
+        FROM unnest(p_round) AS u;
+    END IF;
 
     IF v_sent > 0 THEN
         -- The direct operations (api.profile_op_direct) in one statement. Old values that go to history
@@ -587,7 +606,7 @@ BEGIN
             JOIN profile.profilestore p
               ON p.correlation_id = u.target AND p.profile_type = u.profile_type AND p.path = u.path
              AND p.pit = '_latest' AND p.grain_type = u.grain_type
-            WHERE v_history AND u.operation IN ('_set_with_history', '_array_append_with_history', '_array_put_with_history')
+            WHERE v_history AND api.profile_op_archives(u.operation)
             FOR UPDATE OF p
         ), arch AS (
             -- Old values to history, at _ + their inserted time (a pit that is taken: see below).
@@ -989,7 +1008,7 @@ BEGIN
     RETURN v_res;
 END
 $$;
-COMMENT ON FUNCTION api.profile_apply_round(api.profile_update[], boolean) IS
+COMMENT ON FUNCTION api.profile_apply_round(api.profile_update[], boolean, integer, boolean) IS
     'Internal: applies validated profile updates of distinct grains set-based (_set and _inc by one upsert, every other operation by one statement that reads and locks, decides, archives, writes, deletes and sets durations); grain type mismatches (SPTYP) and profile link cycles (SPLNK) come back as dead_letter results.';
 
 -- api.profile_apply_core: internal. Validates and applies a JSON array of update messages in
@@ -1019,6 +1038,8 @@ DECLARE
     v_rows      api.profile_update[];
     v_links     boolean;
     v_twice     boolean;
+    v_direct    integer;
+    v_history   boolean;
     v_max_seg   integer := 0;
     v_max_round integer := 1;
     v_all_valid boolean;
@@ -1041,10 +1062,13 @@ BEGIN
                NULL, '_auth', api.profile_grain_type(f.cls, f.v_type), f.inc, 0, f.target, 1,
                NULL, NULL, NULL)::api.profile_update) FILTER (WHERE f.plain),
            array_agg(f.ord) FILTER (WHERE NOT f.plain),
+           -- What api.profile_apply_round needs to know of the plain updates.
+           count(*) FILTER (WHERE f.plain AND api.profile_op_direct(f.op)),
+           coalesce(bool_or(api.profile_op_archives(f.op)) FILTER (WHERE f.plain), false),
            -- A grain written twice (or a hash collision: then the rounds are worked out for nothing).
            count(*) FILTER (WHERE f.plain)
            > count(DISTINCT api.profile_grain_hash(f.target, f.ptype, f.path)) FILTER (WHERE f.plain)
-    INTO v_updates, v_rest, v_twice
+    INTO v_updates, v_rest, v_direct, v_history, v_twice
     FROM (
         SELECT g.ord, g.op, g.cid, g.ptype, g.path, g.v, g.v_type, g.cls, g.inc, g.c_num,
                CASE WHEN EXISTS (SELECT 1 FROM profile.profilestore k
@@ -1375,7 +1399,9 @@ BEGIN
     END IF;
 
     IF v_simple THEN
-        v_res := api.profile_apply_round(v_updates, false);
+        -- The short query's counts hold when it validated them all.
+        v_res := CASE WHEN v_rest IS NULL THEN api.profile_apply_round(v_updates, false, v_direct, v_history)
+                      ELSE api.profile_apply_round(v_updates, false) END;
     ELSE
         FOR v_seg IN 0 .. v_max_seg LOOP
             IF v_seg % 2 = 0 AND v_seg > 0 THEN
