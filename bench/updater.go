@@ -79,7 +79,7 @@ func (bn *bench) asyncWorkload(ctx context.Context, rp *report, dbURL string) er
 			rawEnq = append(rawEnq, float64(asyncBatches*batchSize)/time.Since(start).Seconds())
 			start = time.Now()
 			for _, b := range batches {
-				if err := bn.rawBatch(ctx, b); err != nil {
+				if err := bn.rawBatch(ctx, b, false); err != nil {
 					return 0, err
 				}
 			}
