@@ -652,7 +652,9 @@ BEGIN
             FROM (
                 -- repl: the update replaces the metadata (_set, _set_with_history); counters and arrays
                 -- keep theirs.
-                SELECT r.*, r.operation IN ('_set', '_set_with_history') AS repl
+                SELECT r.ord, r.operation, r.target, r.profile_type, r.path, r.v, r.certainty, r.inserted, r.ttl,
+                       r.ttn, r.origin, r.reader, r.grain_type, r.inc,
+                       r.operation IN ('_set', '_set_with_history') AS repl
                 FROM unnest(p_round) AS r
                 WHERE api.profile_op_direct(r.operation)
                 OFFSET 0
