@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/silo-db/silo/db"
 )
@@ -59,7 +60,12 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 		writeError(w, http.StatusBadRequest, "invalid-request-structure", "the body must be a JSON object or a JSON array of objects", nil)
 		return nil, false
 	}
-	// PostgreSQL's jsonb refuses \u0000 in strings: that is bad input, not a server error.
+	// PostgreSQL takes UTF-8 only (Go's JSON check lets other bytes through in strings), and its
+	// jsonb refuses \u0000 in strings: that is bad input, not a server error.
+	if !utf8.Valid(body) {
+		writeError(w, http.StatusBadRequest, "invalid-request-structure", "the body must be UTF-8", nil)
+		return nil, false
+	}
 	if bytes.Contains(body, []byte(`\u0000`)) {
 		writeError(w, http.StatusBadRequest, "invalid-request-structure", `JSON strings may not contain \u0000`, nil)
 		return nil, false

@@ -206,7 +206,7 @@ func TestBadBodies(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	w := "Bearer " + b.writer
-	for _, body := range []string{"", "not json", "42", `"str"`, "null", "{", `[1,2`, `{"_id":"a\u0000"}`} {
+	for _, body := range []string{"", "not json", "42", `"str"`, "null", "{", `[1,2`, `{"_id":"a\u0000"}`, "{\"\":\"\xf8\"}"} {
 		code, resp := b.do(t, "POST", "/profile-updates", w, body)
 		require.Equal(t, 400, code, body)
 		require.Equal(t, "invalid-request-structure", errID(resp), body)
