@@ -104,6 +104,7 @@ func init() {
 	// PostgreSQL's own codes for input the server could not even read.
 	RegisterError("22P02", http.StatusBadRequest, "invalid-parameters-format") // invalid_text_representation (bad JSON)
 	RegisterError("22023", http.StatusBadRequest, "invalid-parameters-format") // invalid_parameter_value
+	RegisterError("22021", http.StatusBadRequest, "invalid-parameters-format") // character_not_in_repertoire (not UTF-8)
 	RegisterError("54000", http.StatusRequestEntityTooLarge, "too-large")      // program_limit_exceeded
 	RegisterError("40P01", http.StatusServiceUnavailable, "concurrent-update") // deadlock_detected (after retries)
 	RegisterError("40001", http.StatusServiceUnavailable, "concurrent-update") // serialization_failure (after retries)

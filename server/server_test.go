@@ -220,6 +220,17 @@ func TestBadBodies(t *testing.T) {
 	require.Equal(t, "ok", res[3].(map[string]any)["status"])
 }
 
+// Text that is not UTF-8 in a path or query parameter is a client error.
+func TestNotUTF8Parameters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, path := range []string{"/profiles/_d/%F8", "/profiles/%F8/x", "/profiles/_d/x/grain/%F8",
+		"/profiles/_d/x?fragments=%F8", "/dead-letters?correlationId=%F8"} {
+		code, _ := b.do(t, "GET", path, "Bearer "+b.admin, "")
+		require.True(t, code >= 400 && code < 500, "%s: %d", path, code)
+	}
+}
+
 // FuzzProfileUpdates: whatever the body, the API answers without a server error.
 func FuzzProfileUpdates(f *testing.F) {
 	for _, s := range []string{`{}`, `[]`, `[{"_id":"x","_path":["a"],"_value":{"_v":"1"}}]`,
