@@ -658,7 +658,7 @@ func (bn *bench) httpBatchWorkload(ctx context.Context, rp *report) error {
 			silo, raw = append(silo, s), append(raw, r)
 		}
 	}
-	rp.throughput(name, "upd/s", "rows/s", silo, raw, 20000, errs.Load())
+	rp.throughput(name, "upd/s", "upd/s", silo, raw, 20000, errs.Load())
 	return nil
 }
 

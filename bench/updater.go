@@ -106,7 +106,7 @@ func (bn *bench) asyncWorkload(ctx context.Context, rp *report, dbURL string) er
 		return err
 	}
 	errs += bad
-	rp.throughput(name, "upd/s", "rows/s", silo, raw, 20000, errs)
+	rp.throughput(name, "upd/s", "upd/s", silo, raw, 20000, errs)
 	rp.notes = append(rp.notes, fmt.Sprintf("%s: order of the appends checked on %d correlation ids: %d out of order or missing; the drain is timed from the first applied update to an empty inbox, %d workers per process",
 		name, ids, bad, asyncWorkers))
 	return nil
