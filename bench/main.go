@@ -587,16 +587,8 @@ func rotate(run int, fns ...func() (float64, error)) ([]float64, error) {
 
 // alternate measures Silo and the baseline in an order that alternates from run to run.
 func alternate(run int, silo, raw func() (float64, error)) (float64, float64, error) {
-	var s, r float64
-	var err1, err2 error
-	if run%2 == 0 {
-		s, err1 = silo()
-		r, err2 = raw()
-	} else {
-		r, err2 = raw()
-		s, err1 = silo()
-	}
-	return s, r, errors.Join(err1, err2)
+	xs, err := rotate(run, silo, raw)
+	return xs[0], xs[1], err
 }
 
 // httpBatchWorkload: workload 2, 2 clients posting batches of 500. Each client owns half of the
@@ -911,7 +903,7 @@ func run(ctx context.Context) error {
 
 	fmt.Printf("Silo benchmark: PostgreSQL %s (synchronous_commit=%s, fsync=%s), %d CPUs, %s, %s\n",
 		pgVersion, syncCommit, fsync, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format(time.RFC3339))
-	fmt.Printf("Throughputs are medians of %d runs (after one warm-up run); Silo and raw PostgreSQL alternate within each run.\n\n", runs)
+	fmt.Printf("Throughputs are medians of %d runs (after one warm-up run); Silo and raw PostgreSQL take turns within each run, in an order that changes from run to run.\n\n", runs)
 
 	began := time.Now()
 	log.Printf("prefilling %d grains in 2 namespaces ...", numCIDs*numPaths)
