@@ -550,11 +550,15 @@ COMMENT ON FUNCTION api.profile_dead_letter_add(jsonb, text, text, text) IS
 -- row's newest version, which the UPDATE locks), then an upsert writes the rest (new grains; an
 -- UPDATE is cheaper than an upsert's conflict check for the usual existing grain). An existing
 -- _latest of another grain type is left alone, a new _latest whose grain's history has another
--- type is removed again, and both updates are rejected (SPTYP). Every other update goes through
--- one more statement: read and lock the current _latest values, decide
--- every update, archive old values to their history pits, write the new _latest values, delete
--- pits, set durations. A history pit that is taken moves forward by 1 ms until it is free (one more
--- statement, only when that happens). Updates of distinct grains do not affect each other, so
+-- type is removed again, and both updates are rejected (SPTYP). Parts with nothing to do are
+-- skipped: the history lock when no update archives, the upsert when the UPDATE wrote every row,
+-- the statement when no update is direct. p_direct and p_history, when the caller gives both, are
+-- the number of direct updates and whether one archives (else the round counts them). Every other
+-- update goes through one more statement: read and lock the current _latest values, decide every
+-- update, archive old values to their history pits, write the new _latest values, delete pits,
+-- set durations. A history pit that is taken moves forward by 1 ms until it is free
+-- (api.profile_history_retry, only when that happens). Updates of distinct grains do not affect
+-- each other, so
 -- this gives what applying them one by one gives. Returns one result per update, or with p_ok
 -- false only those that are not ok (an update without a result is ok and wrote its target);
 -- expected rejections (grain type differs from the existing grain's: SPTYP; profile link cycle:
@@ -595,14 +599,15 @@ BEGIN
     END IF;
 
     IF v_sent > 0 THEN
-        -- The direct operations (api.profile_op_direct) in one statement. Old values that go to history
-        -- are read and locked first (l) and archived (arch); the UPDATE waits for that (its one-time
-        -- filter counts arch), then rewrites the existing _latest values of the same grain type: it locks each
-        -- row and builds counters and arrays on the row's newest version. The upsert takes the others:
-        -- new grains, grains of another type (left alone by its WHERE: dead-lettered below) and grains
-        -- created meanwhile by a concurrent writer (overwritten as if this had come first; a counter
-        -- adds up). Results are ok unless fewer rows were written than sent or a new _latest clashes
-        -- with the grain's history: then the exceptions are worked out below.
+        -- The direct operations (api.profile_op_direct) in one statement. Old values that go to
+        -- history are read and locked first (l) and archived (arch); the UPDATE waits for that (its
+        -- one-time filter counts arch), then rewrites the existing _latest values of the same grain
+        -- type: it locks each row and builds counters and arrays on the row's newest version. The
+        -- upsert takes the others: new grains, grains of another type (left alone by its WHERE:
+        -- dead-lettered below) and grains created meanwhile by a concurrent writer (overwritten as if
+        -- this had come first; a counter adds up). Results are ok unless fewer rows were written than
+        -- sent or a new _latest clashes with the grain's history: then the exceptions are worked out
+        -- below.
         WITH l AS (
             SELECT p.correlation_id, p.profile_type, p.path, p.pit, p.value, p.certainty, p.grain_type, p.inserted,
                    p.ttl, p.reader, p.origin, p.ttn, p.expires_at, p.notify_at
