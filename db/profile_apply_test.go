@@ -436,6 +436,25 @@ func TestProfileApplyDefaultInsertionTime(t *testing.T) {
 	require.Equal(t, []grainRow{gr("/g", `"x"`, now)}, e.grains("$A"))
 }
 
+// The counter of an _inc: whole numbers are recognised without the regular expression, and every
+// text gets what the regular expression alone gives.
+func TestProfileCounterShapes(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.Tx(t)
+	ctx := context.Background()
+	const strict = `CASE WHEN length($1) <= 400
+		AND $1 ~ '^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?\|[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?\|[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
+		THEN ARRAY[split_part($1, '|', 1)::numeric, split_part($1, '|', 2)::numeric, split_part($1, '|', 3)::numeric] END`
+	for _, v := range []string{"0|1|1", "10|2|3", "007|0|0", "1|2", "1|2|3|4", "|1|2", "1||2", "1|2|", "||",
+		"|", "", "1.5|2|3", "+1|-2|3", "1e3|1|1", "1e9999|1|1", "a|b|c", "١|2|3", "1 |2|3", " 1|2|3",
+		strings.Repeat("9", 390) + "|1|1", strings.Repeat("9", 400) + "|1|1"} {
+		var got, want []string
+		require.NoError(t, tx.QueryRow(ctx, `SELECT api.profile_counter($1)::text[]`, v).Scan(&got), v)
+		require.NoError(t, tx.QueryRow(ctx, `SELECT (`+strict+`)::text[]`, v).Scan(&want), v)
+		require.Equal(t, want, got, "%q", v)
+	}
+}
+
 func TestProfileApplyDeadLetters(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("x", 2100)
