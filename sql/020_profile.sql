@@ -382,6 +382,21 @@ $$;
 COMMENT ON FUNCTION api.profile_counter(text) IS
     'Internal: an _inc counter initialvalue|stepsize|steps as {initial, step, steps}; NULL when the text is not one.';
 
+-- api.profile_counter_json: internal. The value of a counter grain, {"_initial", "_step",
+-- "_current"}: p_initial as it is (the JSON number of the counter's first _inc), p_step and
+-- p_current without trailing zeros. Built as JSON text, which costs less than building the object
+-- (text casts, not ||'s implicit ones, which are only stable: so the function is inlined).
+-- Raises: nothing.
+CREATE FUNCTION api.profile_counter_json(p_initial jsonb, p_step numeric, p_current numeric)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT ('{"_initial": ' || p_initial::text || ', "_step": ' || trim_scale(p_step)::text
+            || ', "_current": ' || trim_scale(p_current)::text || '}')::jsonb;
+$$;
+COMMENT ON FUNCTION api.profile_counter_json(jsonb, numeric, numeric) IS
+    'Internal: a counter grain value {"_initial", "_step", "_current"} from its initial value (JSON), the step used and the current value.';
+
 -- api.profile_certainty_value: internal. The number a _c stands for: 1 when it is absent (NULL) or
 -- JSON null, a JSON number, or a string holding a decimal number (exponent of at most three
 -- digits); NULL for anything else. Whether it is in [0, 1] is the caller's check.
@@ -558,10 +573,9 @@ COMMENT ON FUNCTION api.profile_dead_letter_add(jsonb, text, text, text) IS
 -- update, archive old values to their history pits, write the new _latest values, delete pits,
 -- set durations. A history pit that is taken moves forward by 1 ms until it is free
 -- (api.profile_history_retry, only when that happens). Updates of distinct grains do not affect
--- each other, so
--- this gives what applying them one by one gives. Returns one result per update, or with p_ok
--- false only those that are not ok (an update without a result is ok and wrote its target);
--- expected rejections (grain type differs from the existing grain's: SPTYP; profile link cycle:
+-- each other, so this gives what applying them one by one gives. Returns one result per update,
+-- or with p_ok false only those that are not ok (an update without a result is ok and wrote its
+-- target); expected rejections (grain type differs from the existing grain's: SPTYP; profile link cycle:
 -- SPLNK) come back as dead_letter results without a dead letter id: the caller records them.
 -- Change notifications: each statement records the grains it wrote or deleted (from its RETURNING
 -- rows) in silo.change_pending itself, as compact rows (sql/030_changes.sql), unless
@@ -629,12 +643,8 @@ BEGIN
         ), upd AS (
             UPDATE profile.profilestore p
             SET value = CASE WHEN u.repl THEN u.v
-                             -- The counter as JSON text: cheaper than building the object.
-                             WHEN u.operation = '_inc' THEN (
-                                 '{"_initial": ' || (p.value -> '_initial')::text
-                                 || ', "_step": ' || trim_scale(u.inc[2])
-                                 || ', "_current": ' || trim_scale((p.value ->> '_current')::numeric + u.inc[2] * u.inc[3])
-                                 || '}')::jsonb
+                             WHEN u.operation = '_inc' THEN api.profile_counter_json(
+                                 p.value -> '_initial', u.inc[2], (p.value ->> '_current')::numeric + u.inc[2] * u.inc[3])
                              WHEN u.operation IN ('_array_append', '_array_append_with_history') THEN p.value || u.v
                              ELSE p.value || coalesce((
                                  SELECT jsonb_agg(e.x ORDER BY e.o)
@@ -650,10 +660,8 @@ BEGIN
                 reader = CASE WHEN u.repl THEN u.reader ELSE p.reader END,
                 origin = CASE WHEN u.repl THEN u.origin ELSE p.origin END,
                 ttn = CASE WHEN u.repl THEN u.ttn ELSE p.ttn END,
-                expires_at = api.profile_expiry(u.inserted, CASE WHEN u.repl
-                                                                 THEN u.ttl ELSE p.ttl END),
-                notify_at = api.profile_expiry(u.inserted, CASE WHEN u.repl
-                                                                THEN u.ttn ELSE p.ttn END)
+                expires_at = api.profile_expiry(u.inserted, CASE WHEN u.repl THEN u.ttl ELSE p.ttl END),
+                notify_at = api.profile_expiry(u.inserted, CASE WHEN u.repl THEN u.ttn ELSE p.ttn END)
             FROM (
                 -- repl: the update replaces the metadata (_set, _set_with_history); counters and arrays
                 -- keep theirs.
@@ -675,10 +683,8 @@ BEGIN
             INSERT INTO profile.profilestore AS p (correlation_id, profile_type, path, pit, value, certainty, grain_type,
                                                    inserted, ttl, reader, origin, ttn, expires_at, notify_at)
             SELECT u.target, u.profile_type, u.path, '_latest',
-                   CASE WHEN u.operation = '_inc' THEN jsonb_build_object(
-                            '_initial', to_jsonb(trim_scale(u.inc[1])),
-                            '_step', to_jsonb(trim_scale(u.inc[2])),
-                            '_current', to_jsonb(trim_scale(u.inc[1] + u.inc[2] * u.inc[3])))
+                   CASE WHEN u.operation = '_inc'
+                        THEN api.profile_counter_json(to_jsonb(trim_scale(u.inc[1])), u.inc[2], u.inc[1] + u.inc[2] * u.inc[3])
                         ELSE u.v END,
                    u.certainty, u.grain_type, u.inserted, u.ttl, u.reader, u.origin, u.ttn,
                    api.profile_expiry(u.inserted, u.ttl), api.profile_expiry(u.inserted, u.ttn)
@@ -686,12 +692,10 @@ BEGIN
             WHERE (SELECT count(*) FROM upd) < v_sent AND api.profile_op_direct(u.operation)
               AND u.ord NOT IN (SELECT upd.ord FROM upd)
             ON CONFLICT (correlation_id, profile_type, path, pit) DO UPDATE
-            SET value = CASE WHEN EXCLUDED.grain_type = 'c' THEN jsonb_build_object(
-                                '_initial', p.value -> '_initial',
-                                '_step', EXCLUDED.value -> '_step',
-                                '_current', to_jsonb(trim_scale((p.value ->> '_current')::numeric
-                                                                + ((EXCLUDED.value ->> '_current')::numeric
-                                                                   - (EXCLUDED.value ->> '_initial')::numeric))))
+            SET value = CASE WHEN EXCLUDED.grain_type = 'c' THEN api.profile_counter_json(
+                                p.value -> '_initial', (EXCLUDED.value ->> '_step')::numeric,
+                                (p.value ->> '_current')::numeric
+                                + (EXCLUDED.value ->> '_current')::numeric - (EXCLUDED.value ->> '_initial')::numeric)
                              ELSE EXCLUDED.value END,
                 certainty = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.certainty ELSE EXCLUDED.certainty END,
                 grain_type = EXCLUDED.grain_type,
@@ -1022,7 +1026,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_apply_round(api.profile_update[], boolean, integer, boolean) IS
-    'Internal: applies validated profile updates of distinct grains set-based (_set and _inc by one upsert, every other operation by one statement that reads and locks, decides, archives, writes, deletes and sets durations); grain type mismatches (SPTYP) and profile link cycles (SPLNK) come back as dead_letter results.';
+    'Internal: applies validated profile updates of distinct grains set-based (the direct operations of api.profile_op_direct by one statement that archives, updates the existing grains and upserts the new ones; every other operation by one statement that reads and locks, decides, archives, writes, deletes and sets durations); returns the results, or with p_ok false only those that are not ok; p_direct and p_history are optional counts the caller knows; grain type mismatches (SPTYP) and profile link cycles (SPLNK) come back as dead_letter results.';
 
 -- api.profile_apply_core: internal. Validates and applies a JSON array of update messages in
 -- order, without any exception handling (api.profile_apply_batch guards it). Numbers the results
@@ -1414,9 +1418,8 @@ BEGIN
     END IF;
 
     IF v_simple THEN
-        -- The short query's counts hold when it validated them all.
-        v_res := CASE WHEN v_rest IS NULL THEN api.profile_apply_round(v_updates, false, v_direct, v_history)
-                      ELSE api.profile_apply_round(v_updates, false) END;
+        -- The short query's counts hold when it validated them all; else the round counts.
+        v_res := api.profile_apply_round(v_updates, false, CASE WHEN v_rest IS NULL THEN v_direct END, v_history);
     ELSE
         FOR v_seg IN 0 .. v_max_seg LOOP
             IF v_seg % 2 = 0 AND v_seg > 0 THEN
