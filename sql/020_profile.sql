@@ -294,6 +294,22 @@ $$;
 COMMENT ON FUNCTION api.profile_op_archives(text) IS
     'Internal: whether a direct profile update operation archives the old _latest value (_set_with_history, _array_append_with_history, _array_put_with_history).';
 
+-- api.profile_type_clash: internal. Why an update of operation p_operation, which writes grain type
+-- p_grain_type at p_path, is rejected when the grain already has type p_existing: {sqlstate,
+-- reason, context}, as a dead letter records them.
+-- Raises: nothing.
+CREATE FUNCTION api.profile_type_clash(p_operation text, p_grain_type text, p_path text, p_existing text)
+RETURNS text[]
+LANGUAGE sql STABLE
+AS $$
+    SELECT ARRAY['SPTYP',
+                 format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has grain type %s',
+                        p_operation, p_grain_type, p_path, p_existing),
+                 'applying ' || p_operation || ': grain type check'];
+$$;
+COMMENT ON FUNCTION api.profile_type_clash(text, text, text, text) IS
+    'Internal: {sqlstate SPTYP, reason, context} of an update rejected because the grain has another grain type.';
+
 -- api.profile_history_retry: internal. Archives old _latest values whose history pit (_ + their
 -- inserted time) was already taken: each moves forward by 1 ms until its pit is free, and the
 -- grains written are recorded for change notifications.
@@ -751,10 +767,7 @@ BEGIN
             SELECT z.r
             FROM (
                 SELECT CASE WHEN c.clash IS NOT NULL OR p.grain_type::text <> u.grain_type THEN
-                           ROW(u.ord, 'dead_letter', u.operation, u.target, 'SPTYP',
-                               format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has grain type %s',
-                                      u.operation, u.grain_type, u.path, coalesce(c.clash, p.grain_type::text)),
-                               'applying ' || u.operation || ': grain type check', NULL)::api.profile_apply_result
+                           ROW(u.ord, 'dead_letter', u.operation, u.target, t.e[1], t.e[2], t.e[3], NULL)::api.profile_apply_result
                        ELSE
                            ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::api.profile_apply_result
                        END AS r
@@ -765,6 +778,9 @@ BEGIN
                 LEFT JOIN LATERAL (
                     SELECT x ->> 3 AS clash FROM jsonb_array_elements(v_clashes) AS x
                     WHERE x ->> 0 = u.target AND x ->> 1 = u.profile_type AND x ->> 2 = u.path) c ON true
+                LEFT JOIN LATERAL (
+                    SELECT api.profile_type_clash(u.operation, u.grain_type, u.path, coalesce(c.clash, p.grain_type::text)) AS e
+                    WHERE c.clash IS NOT NULL OR p.grain_type::text <> u.grain_type) t ON true
                 WHERE api.profile_op_direct(u.operation)
                 OFFSET 0
             ) z
@@ -813,10 +829,7 @@ BEGIN
                 WHEN n.operation IN ('_array_remove', '_array_remove_with_history') AND NOT n.has_latest THEN
                     '{noop,NULL,NULL,NULL}'::text[]
                 WHEN n.egt <> n.grain_type THEN
-                    ARRAY['dead_letter', 'SPTYP',
-                          format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has grain type %s',
-                                 n.operation, n.grain_type, n.path, n.egt),
-                          'applying ' || n.operation || ': grain type check']
+                    'dead_letter'::text || api.profile_type_clash(n.operation, n.grain_type, n.path, n.egt)
                 WHEN n.operation = '_set_with_history_distinct' AND n.has_latest AND n.o_value = n.v THEN
                     '{noop,NULL,NULL,NULL}'::text[]
                 WHEN n.operation IN ('_set_max', '_set_min', '_set_max_with_history', '_set_min_with_history') AND n.has_latest
@@ -986,13 +999,7 @@ BEGIN
     )
     SELECT array_agg(CASE
                WHEN d.st = 'ok' AND d.o_tid IS NULL AND (ins.correlation_id IS NULL OR ins.clash IS NOT NULL) THEN
-                   ROW(d.ord, 'dead_letter', d.operation, d.target, 'SPTYP',
-                       format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has grain type %s',
-                              d.operation, d.grain_type, d.path,
-                              coalesce(ins.clash, (SELECT p.grain_type::text FROM profile.profilestore p
-                                                   WHERE p.correlation_id = d.target AND p.profile_type = d.profile_type
-                                                     AND p.path = d.path AND p.pit = '_latest'))),
-                       'applying ' || d.operation || ': grain type check', NULL)::api.profile_apply_result
+                   ROW(d.ord, 'dead_letter', d.operation, d.target, t.e[1], t.e[2], t.e[3], NULL)::api.profile_apply_result
                ELSE
                    ROW(d.ord, CASE WHEN d.st <> 'pending' THEN d.st WHEN hit.ord IS NOT NULL THEN 'ok' ELSE 'noop' END,
                        d.operation, d.target, d.decision[2], d.decision[3], d.decision[4], NULL)::api.profile_apply_result
@@ -1006,7 +1013,13 @@ BEGIN
     FROM d
     LEFT JOIN hit ON hit.ord = d.ord
     LEFT JOIN arch ON arch.correlation_id = d.target AND arch.profile_type = d.profile_type AND arch.path = d.path
-    LEFT JOIN ins ON ins.correlation_id = d.target AND ins.profile_type = d.profile_type AND ins.path = d.path;
+    LEFT JOIN ins ON ins.correlation_id = d.target AND ins.profile_type = d.profile_type AND ins.path = d.path
+    LEFT JOIN LATERAL (
+        SELECT api.profile_type_clash(d.operation, d.grain_type, d.path,
+                   coalesce(ins.clash, (SELECT p.grain_type::text FROM profile.profilestore p
+                                        WHERE p.correlation_id = d.target AND p.profile_type = d.profile_type
+                                          AND p.path = d.path AND p.pit = '_latest'))) AS e
+        WHERE d.st = 'ok' AND d.o_tid IS NULL AND (ins.correlation_id IS NULL OR ins.clash IS NOT NULL)) t ON true;
     v_res := v_res || ARRAY(SELECT r FROM unnest(v_part) AS r WHERE p_ok OR r.status <> 'ok');
 
     -- A new _latest whose grain's history has another type: not written after all.
