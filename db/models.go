@@ -10,24 +10,24 @@ import (
 )
 
 // Always empty: the row type of api.profile_apply_batch (ord, status ok|noop|dead_letter, operation, correlation_id written, sqlstate, reason, dead_letter_id).
-type ApiProfileApplyResult struct {
+type APIProfileApplyResult struct {
 	Ord           *int32  `json:"ord"`
 	Status        *string `json:"status"`
 	Operation     *string `json:"operation"`
 	CorrelationID *string `json:"correlationId"`
-	Sqlstate      *string `json:"sqlstate"`
+	SQLState      *string `json:"sqlstate"`
 	Reason        *string `json:"reason"`
 	DeadLetterID  *int64  `json:"deadLetterId"`
 }
 
 // Inbox lanes waiting after an unexpected error: priority, lane, attempts, retry_at, last error (time, SQLSTATE, message), the message the lane waits at (message_id, correlation_id, message, accepted) and how many messages wait in the lane. api.profile_inbox_dead_letter(message_id) moves that message to the dead letter table.
-type ApiProfileInboxBlockedLane struct {
+type APIProfileInboxBlockedLane struct {
 	Priority      string          `json:"priority"`
 	Lane          int32           `json:"lane"`
 	Attempts      int32           `json:"attempts"`
 	RetryAt       *time.Time      `json:"retryAt"`
 	LastFailed    *time.Time      `json:"lastFailed"`
-	LastSqlstate  *string         `json:"lastSqlstate"`
+	LastSQLState  *string         `json:"lastSqlstate"`
 	LastError     *string         `json:"lastError"`
 	MessageID     int64           `json:"messageId"`
 	CorrelationID string          `json:"correlationId"`
@@ -37,7 +37,7 @@ type ApiProfileInboxBlockedLane struct {
 }
 
 // Profile links: updates for correlation_id go to target_correlation_id; resolved_correlation_id is the final target through further links (what api.profile_get reads with p_resolve_links). inserted: when the link was written.
-type ApiProfileLink struct {
+type APIProfileLink struct {
 	CorrelationID         string    `json:"correlationId"`
 	TargetCorrelationID   string    `json:"targetCorrelationId"`
 	ResolvedCorrelationID string    `json:"resolvedCorrelationId"`
@@ -46,7 +46,7 @@ type ApiProfileLink struct {
 }
 
 // Per stream (high, low): backlog (inbox depth, the scaling signal), oldest acceptance time, blocked lanes, whether the low stream is throttled (high backlog above updater.lag_barrier), the wait per message, the check interval and the long-running warning threshold.
-type ApiProfileUpdaterStatus struct {
+type APIProfileUpdaterStatus struct {
 	Priority        string      `json:"priority"`
 	Backlog         int64       `json:"backlog"`
 	Oldest          interface{} `json:"oldest"`
@@ -58,7 +58,7 @@ type ApiProfileUpdaterStatus struct {
 }
 
 // The profile store flat for psql: every point in time (pit) of every grain, the value decoded by grain type (value_text for t, value_array for a, counter_current/counter_step/counter_initial for c, value as stored), inserted as a timestamp.
-type ApiProfilestoreHistory struct {
+type APIProfilestoreHistory struct {
 	CorrelationID  string          `json:"correlationId"`
 	ProfileType    string          `json:"profileType"`
 	Path           string          `json:"path"`
@@ -71,8 +71,8 @@ type ApiProfilestoreHistory struct {
 	CounterInitial interface{}     `json:"counterInitial"`
 	Certainty      float32         `json:"certainty"`
 	Inserted       time.Time       `json:"inserted"`
-	Ttl            string          `json:"ttl"`
-	Ttn            string          `json:"ttn"`
+	TTL            string          `json:"ttl"`
+	TTN            string          `json:"ttn"`
 	Reader         string          `json:"reader"`
 	Origin         *string         `json:"origin"`
 	ExpiresAt      *time.Time      `json:"expiresAt"`
@@ -81,7 +81,7 @@ type ApiProfilestoreHistory struct {
 }
 
 // The profile store flat for psql: one row per grain with its current value (pit _latest), decoded as in api.profilestore_history.
-type ApiProfilestoreLatest struct {
+type APIProfilestoreLatest struct {
 	CorrelationID  string          `json:"correlationId"`
 	ProfileType    string          `json:"profileType"`
 	Path           string          `json:"path"`
@@ -93,8 +93,8 @@ type ApiProfilestoreLatest struct {
 	CounterInitial interface{}     `json:"counterInitial"`
 	Certainty      float32         `json:"certainty"`
 	Inserted       time.Time       `json:"inserted"`
-	Ttl            string          `json:"ttl"`
-	Ttn            string          `json:"ttn"`
+	TTL            string          `json:"ttl"`
+	TTN            string          `json:"ttn"`
 	Reader         string          `json:"reader"`
 	Origin         *string         `json:"origin"`
 	ExpiresAt      *time.Time      `json:"expiresAt"`
@@ -103,7 +103,7 @@ type ApiProfilestoreLatest struct {
 }
 
 // Access tokens without their hashes.
-type ApiToken struct {
+type APIToken struct {
 	ID       int64      `json:"id"`
 	Name     string     `json:"name"`
 	Roles    []string   `json:"roles"`
@@ -121,7 +121,7 @@ type ProfileDeadLetter struct {
 	// Why the update was rejected, e.g. "Value must be an Array" or "_v can not be null".
 	Reason string `json:"reason"`
 	// SQLSTATE of the rejection: a Silo code (see the README's error table) or PostgreSQL's own for unexpected errors.
-	Sqlstate string `json:"sqlstate"`
+	SQLState string `json:"sqlstate"`
 	// Where the rejection happened: the validation step, or the PL/pgSQL error context of an unexpected error.
 	Context *string `json:"context"`
 	// The update's _id when it was a string, for filtering.
@@ -165,7 +165,7 @@ type ProfileInboxLane struct {
 	// Message of the last unexpected error.
 	LastError *string `json:"lastError"`
 	// SQLSTATE of the last unexpected error.
-	LastSqlstate *string `json:"lastSqlstate"`
+	LastSQLState *string `json:"lastSqlstate"`
 	// When the last unexpected error happened.
 	LastFailed *time.Time `json:"lastFailed"`
 }
@@ -189,13 +189,13 @@ type ProfileProfilestore struct {
 	// Insertion time as unix epoch milliseconds (the update's _in, or the time it was applied).
 	Inserted int64 `json:"inserted"`
 	// Time to live, an ISO 8601 duration counted from inserted; P100Y means never.
-	Ttl string `json:"ttl"`
+	TTL string `json:"ttl"`
 	// Who may read the grain: _all anyone, _auth any valid token, any other value tokens holding that role.
 	Reader string `json:"reader"`
 	// Origin of the value, for tracing (e.g. /belts/28).
 	Origin *string `json:"origin"`
 	// Time to notify, an ISO 8601 duration counted from inserted; P100Y means never.
-	Ttn string `json:"ttn"`
+	TTN string `json:"ttn"`
 	// inserted + ttl, kept only when ttl is not the default P100Y (partial index for the reaper).
 	ExpiresAt *time.Time `json:"expiresAt"`
 	// inserted + ttn while a notification is due or pending; NULL when ttn is the default P100Y or when the reaper has notified this inserted + ttn (every write of the grain sets it again). Partial index for the reaper.
@@ -221,9 +221,9 @@ type ProfileReaperEvent struct {
 	// The grain's insertion time, epoch milliseconds.
 	Inserted int64 `json:"inserted"`
 	// The grain's time to live (ISO 8601 duration).
-	Ttl string `json:"ttl"`
+	TTL string `json:"ttl"`
 	// The grain's time to notify (ISO 8601 duration).
-	Ttn string `json:"ttn"`
+	TTN string `json:"ttn"`
 	// The grain's reader: who may see the event on the change channel.
 	Reader string `json:"reader"`
 	// The grain's origin.
@@ -237,7 +237,7 @@ type ProfileReaperEvent struct {
 }
 
 // One row: the SHA-256 of the sql/ files that schema api was last built from, so `silo migrate` rebuilds api only when that code changed.
-type SiloApiCode struct {
+type SiloAPICode struct {
 	ID        bool      `json:"id"`
 	Hash      string    `json:"hash"`
 	Files     []string  `json:"files"`

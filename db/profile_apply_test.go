@@ -407,7 +407,7 @@ func TestProfileApplyOperations(t *testing.T) {
 			res := e.one(tc.update)
 			require.Equal(t, tc.status, res.Status, "%+v", res)
 			require.Nil(t, res.DeadLetterID)
-			require.Nil(t, res.Sqlstate)
+			require.Nil(t, res.SQLState)
 			require.Equal(t, e.id("$A"), *res.CorrelationID)
 			want := make([]grainRow, len(tc.want))
 			for i, w := range tc.want {
@@ -573,7 +573,7 @@ func TestProfileApplyDeadLetters(t *testing.T) {
 			before := e.grains("$A")
 			res := e.one(tc.update)
 			require.Equal(t, "dead_letter", res.Status)
-			require.Equal(t, tc.sqlstate, *res.Sqlstate)
+			require.Equal(t, tc.sqlstate, *res.SQLState)
 			require.Equal(t, tc.reason, *res.Reason)
 			require.NotNil(t, res.DeadLetterID)
 			dl := e.deadLetter(*res.DeadLetterID)
@@ -650,7 +650,7 @@ func TestProfileApplyBatchSemantics(t *testing.T) {
 		for i, r := range res {
 			require.Equal(t, int32(i+1), r.Ord)
 			require.Equal(t, r.Status == "dead_letter", r.DeadLetterID != nil)
-			require.Equal(t, r.Status == "dead_letter", r.Sqlstate != nil)
+			require.Equal(t, r.Status == "dead_letter", r.SQLState != nil)
 		}
 		require.Equal(t, ptr("_array_append"), res[1].Operation)
 		require.Equal(t, ptr(e.id("$B")), res[3].CorrelationID)
@@ -675,9 +675,9 @@ func TestProfileApplyBatchSemantics(t *testing.T) {
 			`{"_operation":"_inc","_id":"$C","_path":["n"],"_value":{"_v":"0|1|1","_in":1000}}`,
 		)
 		require.Equal(t, []string{"ok", "dead_letter", "dead_letter", "ok", "ok"}, statuses(res))
-		require.Equal(t, ptr("SPTYP"), res[1].Sqlstate)
+		require.Equal(t, ptr("SPTYP"), res[1].SQLState)
 		require.Equal(t, ptr("Grain type differs from the existing grain: _set writes grain type t, the grain at /g has grain type a"), res[1].Reason)
-		require.Equal(t, ptr("SPTYP"), res[2].Sqlstate)
+		require.Equal(t, ptr("SPTYP"), res[2].SQLState)
 		require.Equal(t, ptr("Grain type differs from the existing grain: _set writes grain type a, the grain at /g has grain type t"), res[2].Reason)
 		require.NotNil(t, res[1].DeadLetterID)
 		require.NotNil(t, res[2].DeadLetterID)
@@ -841,10 +841,10 @@ func TestProfileLinks(t *testing.T) {
 		e.batch(link("$A", "$B"), link("$B", "$C"))
 		res := e.one(link("$C", "$A"))
 		require.Equal(t, "dead_letter", res.Status)
-		require.Equal(t, ptr("SPLNK"), res.Sqlstate)
+		require.Equal(t, ptr("SPLNK"), res.SQLState)
 		require.Equal(t, ptr("Profile link would create a cycle: "+e.id("$C")+" -> "+e.id("$A")+" -> "+e.id("$B")+" -> "+e.id("$C")), res.Reason)
 		self := e.one(link("$D", "$D"))
-		require.Equal(t, ptr("SPLNK"), self.Sqlstate)
+		require.Equal(t, ptr("SPLNK"), self.SQLState)
 		require.Equal(t, ptr("Profile link would create a cycle: "+e.id("$D")+" -> "+e.id("$D")), self.Reason)
 		require.Empty(t, e.grains("$C"))
 		require.Empty(t, e.grains("$D"))
@@ -953,9 +953,9 @@ func TestProfileApplySafeMode(t *testing.T) {
 		`{"_id":"$C","_path":["g"],"_value":{"_v":"c","_in":1000}}`,
 	)
 	require.Equal(t, []string{"ok", "dead_letter", "ok", "dead_letter", "ok"}, statuses(res))
-	require.Equal(t, ptr("P0001"), res[1].Sqlstate)
+	require.Equal(t, ptr("P0001"), res[1].SQLState)
 	require.Equal(t, ptr("boom refused: a test trigger"), res[1].Reason)
-	require.Equal(t, ptr("SPTYP"), res[3].Sqlstate)
+	require.Equal(t, ptr("SPTYP"), res[3].SQLState)
 	dl := e.deadLetter(*res[1].DeadLetterID)
 	require.Equal(t, "P0001", dl.SQLState)
 	require.Contains(t, dl.Context, "tg_refuse_boom")
@@ -985,7 +985,7 @@ func TestProfileDeadLetterReplay(t *testing.T) {
 	rep, err := e.q.ProfileDeadLetterReplay(e.ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "dead_letter", rep.Status)
-	require.Equal(t, ptr("SPTYP"), rep.Sqlstate)
+	require.Equal(t, ptr("SPTYP"), rep.SQLState)
 	require.Equal(t, id, rep.DeadLetterID)
 	require.Equal(t, 1, count())
 	dl := e.deadLetter(id)
@@ -1021,7 +1021,7 @@ func TestProfileDeadLetterReplay(t *testing.T) {
 	bad := e.one(`{"_id":"$A","_path":["g"],"_value":{"_v":"z","_c":2}}`)
 	rep, err = e.q.ProfileDeadLetterReplay(e.ctx, *bad.DeadLetterID)
 	require.NoError(t, err)
-	require.Equal(t, ptr("SPCRT"), rep.Sqlstate)
+	require.Equal(t, ptr("SPCRT"), rep.SQLState)
 	require.Equal(t, int32(1), e.deadLetter(*bad.DeadLetterID).ReplayCount)
 }
 
@@ -1058,7 +1058,7 @@ func TestProfileDeadLetterList(t *testing.T) {
 	require.Equal(t, []int64{}, list(db.ProfileDeadLetterListParams{CorrelationID: a, AfterID: ids[4], MaxRows: 2}))
 	// Filters.
 	require.Equal(t, []int64{ids[1]}, list(db.ProfileDeadLetterListParams{CorrelationID: a, Operation: ptr("_inc"), MaxRows: 10}))
-	require.Equal(t, []int64{ids[3]}, list(db.ProfileDeadLetterListParams{CorrelationID: a, Sqlstate: ptr("SPCRT"), MaxRows: 5000}))
+	require.Equal(t, []int64{ids[3]}, list(db.ProfileDeadLetterListParams{CorrelationID: a, SQLState: ptr("SPCRT"), MaxRows: 5000}))
 	require.Equal(t, []int64{ids[0], ids[1], ids[3], ids[4]}, list(db.ProfileDeadLetterListParams{CorrelationID: a, ProfileType: ptr("_d"), Resolved: ptr(false), MaxRows: 10}))
 	require.Equal(t, []int64{}, list(db.ProfileDeadLetterListParams{CorrelationID: a, Resolved: ptr(true), MaxRows: 10}))
 	_, err := e.tx.Exec(e.ctx, `UPDATE profile.dead_letters SET resolved = now() WHERE id = $1`, ids[4])
@@ -1103,8 +1103,8 @@ func TestProfileApplyBatchEquivalence(t *testing.T) {
 			o.DeadLetterID, b.DeadLetterID = nil, nil
 			require.Equal(t, o, b, "round %d, update %d: %s", round, i+1, msgs[i])
 			seen[b.Status]++
-			if b.Sqlstate != nil {
-				seen[*b.Sqlstate]++
+			if b.SQLState != nil {
+				seen[*b.SQLState]++
 			}
 		}
 	}

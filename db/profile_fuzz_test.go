@@ -79,11 +79,11 @@ func FuzzProfileApply(f *testing.F) {
 				continue
 			}
 			require.NotNil(t, r.DeadLetterID)
-			require.NotNil(t, r.Sqlstate)
+			require.NotNil(t, r.SQLState)
 			var state, reason string
 			require.NoError(t, tx.QueryRow(ctx, `SELECT sqlstate, reason FROM profile.dead_letters WHERE id = $1`,
 				*r.DeadLetterID).Scan(&state, &reason))
-			require.Equal(t, *r.Sqlstate, state)
+			require.Equal(t, *r.SQLState, state)
 			require.Equal(t, *r.Reason, reason)
 		}
 	})

@@ -207,10 +207,10 @@ func TestProfileGetSeedExample(t *testing.T) {
 		"a3": map[string]any{"b3": map[string]any{"c3": map[string]any{"d3": map[string]any{"e3": map[string]any{
 			"_latest": map[string]any{"_v": "123456", "_c": 0.5, "_in": sep20, "_ttl": "P100Y", "_ttn": "P100Y", "_origin": nil, "_reader": "_all"},
 		}}}}},
-	}, got.JsonPayload)
+	}, got.JSONPayload)
 	// Certainties are written as the real they are, not widened to double precision.
-	require.Contains(t, string(got.JsonPayload), `"_c":0.4,`)
-	require.NotRegexp(t, `"_c":[0-9.]{6,}`, string(got.JsonPayload))
+	require.Contains(t, string(got.JSONPayload), `"_c":0.4,`)
+	require.NotRegexp(t, `"_c":[0-9.]{6,}`, string(got.JSONPayload))
 
 	// Without history, b1 keeps only _latest.
 	got, err = b.get(t, db.ProfileGetParams{ProfileType: "seed_example", CorrelationID: "0815", WithHistory: false})
@@ -218,7 +218,7 @@ func TestProfileGetSeedExample(t *testing.T) {
 	var partial struct {
 		A2 map[string]map[string]json.RawMessage `json:"a2"`
 	}
-	require.NoError(t, json.Unmarshal(got.JsonPayload, &partial))
+	require.NoError(t, json.Unmarshal(got.JSONPayload, &partial))
 	require.Len(t, partial.A2["b1"], 1)
 	require.Contains(t, partial.A2["b1"], "_latest")
 }
@@ -282,7 +282,7 @@ func TestProfileGetFragments(t *testing.T) {
 				}
 				want = latest
 			}
-			readRequireDocument(t, readDocument(id, want...), got.JsonPayload)
+			readRequireDocument(t, readDocument(id, want...), got.JSONPayload)
 		})
 	}
 }
@@ -309,7 +309,7 @@ func TestProfileGetGrainAndFragmentOrder(t *testing.T) {
 		`"a":{"_19700101T000000.000Z":`+pit("0")+`,"_latest":`+pit("1")+`,`+
 		`"b":{"_latest":`+pit("2")+`,"c":{"_latest":`+pit("3")+`}}},`+
 		`"a-x":{"_latest":`+pit("4")+`},`+
-		`"ab":{"_latest":`+pit("5")+`}}`, string(got.JsonPayload))
+		`"ab":{"_latest":`+pit("5")+`}}`, string(got.JSONPayload))
 }
 
 func TestProfileGetReaders(t *testing.T) {
@@ -348,7 +348,7 @@ func TestProfileGetReaders(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			readRequireDocument(t, readDocument(id, tt.want...), got.JsonPayload)
+			readRequireDocument(t, readDocument(id, tt.want...), got.JSONPayload)
 		})
 	}
 }
@@ -422,17 +422,17 @@ func TestProfileGetResolveLinks(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, tt.wantID, got.CorrelationID)
-			readRequireDocument(t, readDocument(tt.wantID, tt.want), got.JsonPayload)
+			readRequireDocument(t, readDocument(tt.wantID, tt.want), got.JSONPayload)
 			require.NoError(t, grainErr)
 			require.Equal(t, tt.wantID, grain.CorrelationID)
-			readRequireDocument(t, readDocument(tt.wantID, tt.want), grain.JsonPayload)
+			readRequireDocument(t, readDocument(tt.wantID, tt.want), grain.JSONPayload)
 		})
 	}
 
 	// The link itself is a profile of type profile_link, readable like any other.
 	got, err := b.get(t, db.ProfileGetParams{ProfileType: "profile_link", CorrelationID: "read-link-old", WithHistory: true})
 	require.NoError(t, err)
-	readRequireDocument(t, readDocument("read-link-old", link("read-link-target")), got.JsonPayload)
+	readRequireDocument(t, readDocument("read-link-old", link("read-link-target")), got.JSONPayload)
 }
 
 // Keys and strings that need escaping in JSON come out as valid JSON with the same text; values of
@@ -454,19 +454,19 @@ func TestProfileGetEscapingAndValues(t *testing.T) {
 
 	got, err := b.get(t, db.ProfileGetParams{ProfileType: "read", CorrelationID: id, WithHistory: true})
 	require.NoError(t, err)
-	readRequireDocument(t, readDocument(id, rows...), got.JsonPayload)
+	readRequireDocument(t, readDocument(id, rows...), got.JSONPayload)
 
 	got, err = b.get(t, db.ProfileGetParams{ProfileType: "read", CorrelationID: id, WithHistory: true, Readers: []string{`role "q"`}})
 	require.NoError(t, err)
-	readRequireDocument(t, readDocument(id, rows[1]), got.JsonPayload)
+	readRequireDocument(t, readDocument(id, rows[1]), got.JSONPayload)
 
 	got, err = b.get(t, db.ProfileGetParams{ProfileType: "read", CorrelationID: id, WithHistory: true, Fragments: []string{`say "hi"`, "/<&>'/%_"}})
 	require.NoError(t, err)
-	readRequireDocument(t, readDocument(id, rows[0], rows[3]), got.JsonPayload)
+	readRequireDocument(t, readDocument(id, rows[0], rows[3]), got.JSONPayload)
 
 	grain, err := b.grain(t, db.ProfileGrainGetParams{ProfileType: "read", CorrelationID: id, Path: "ünïcødé ✓/日本", WithHistory: true, PageSize: 10})
 	require.NoError(t, err)
-	readRequireDocument(t, readDocument(id, rows[1]), grain.JsonPayload)
+	readRequireDocument(t, readDocument(id, rows[1]), grain.JSONPayload)
 }
 
 func TestProfileGrainGetPaging(t *testing.T) {
@@ -519,8 +519,8 @@ func TestProfileGrainGetPaging(t *testing.T) {
 			if len(tt.want) == 0 {
 				want = map[string]any{"_id": id, "customer": map[string]any{"contract": map[string]any{}}}
 			}
-			readRequireDocument(t, want, got.JsonPayload)
-			raw := string(got.JsonPayload)
+			readRequireDocument(t, want, got.JSONPayload)
+			raw := string(got.JSONPayload)
 			for i := 1; i < len(tt.want); i++ {
 				require.Less(t, strings.Index(raw, `"`+tt.want[i-1].pit()+`"`), strings.Index(raw, `"`+tt.want[i].pit()+`"`),
 					"%s before %s", tt.want[i-1].pit(), tt.want[i].pit())
@@ -589,7 +589,7 @@ func TestProfileGrainGetPaths(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, int32(1), got.TotalGrainVersions)
-			readRequireDocument(t, readDocument(id, *tt.want), got.JsonPayload)
+			readRequireDocument(t, readDocument(id, *tt.want), got.JSONPayload)
 		})
 	}
 }

@@ -61,7 +61,7 @@ func (e *applyEnv) reapEvents() ([]reapEvent, []int64) {
 			origin = *ev.Origin
 		}
 		out = append(out, reapEvent{Kind: ev.Kind, Path: ev.Path, Pit: ev.Pit, GrainType: ev.GrainType,
-			Inserted: ev.Inserted, TTL: ev.Ttl, TTN: ev.Ttn, Reader: ev.Reader, Origin: origin,
+			Inserted: ev.Inserted, TTL: ev.TTL, TTN: ev.TTN, Reader: ev.Reader, Origin: origin,
 			Certainty: ev.Certainty, Due: ev.Due.UTC().Format("2006-01-02T15:04:05.000Z")})
 		ids = append(ids, ev.ID)
 	}
@@ -126,7 +126,7 @@ func (e *applyEnv) reap(batch *int32) db.ProfileReapRow {
 }
 
 func reapRow(ttl, ttn int64, more bool) db.ProfileReapRow {
-	return db.ProfileReapRow{TtlDeleted: ttl, TtnNotified: ttn, More: more}
+	return db.ProfileReapRow{TTLDeleted: ttl, TTNNotified: ttn, More: more}
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
@@ -397,7 +397,7 @@ func TestProfileReapConcurrentRunsNeverDoubleReap(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				ttl, ttn = ttl+r.TtlDeleted, ttn+r.TtnNotified
+				ttl, ttn = ttl+r.TTLDeleted, ttn+r.TTNNotified
 				mu.Unlock()
 				if !r.More {
 					return

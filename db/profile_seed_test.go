@@ -45,5 +45,5 @@ func TestProfileSeedExampleFromUpdates(t *testing.T) {
 	    "b2": {"_latest": {"_v": "123456", "_c": 0.4, "_in": 1537401600000, "_ttl": "P100Y", "_ttn": "P100Y", "_origin": null, "_reader": "_all"}}
 	  },
 	  "a3": {"b3": {"c3": {"d3": {"e3": {"_latest": {"_v": "123456", "_c": 0.5, "_in": 1537401600000, "_ttl": "P100Y", "_ttn": "P100Y", "_origin": null, "_reader": "_all"}}}}}}
-	}`, string(got.JsonPayload))
+	}`, string(got.JSONPayload))
 }

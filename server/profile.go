@@ -104,7 +104,7 @@ func (s *server) profileUpdates(w http.ResponseWriter, r *http.Request) {
 		Results []updateResult `json:"results"`
 	}{Results: make([]updateResult, len(rows))}
 	for i, row := range rows {
-		out.Results[i] = newUpdateResult(row.Status, row.Sqlstate, row.Reason, row.DeadLetterID)
+		out.Results[i] = newUpdateResult(row.Status, row.SQLState, row.Reason, row.DeadLetterID)
 		op := "invalid"
 		if row.Operation != nil {
 			op = *row.Operation
@@ -181,7 +181,7 @@ func (s *server) profileGet(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, profileDoc{CorrelationID: row.CorrelationID, Type: row.ProfileType, JSONPayload: row.JsonPayload})
+	writeJSON(w, http.StatusOK, profileDoc{CorrelationID: row.CorrelationID, Type: row.ProfileType, JSONPayload: row.JSONPayload})
 }
 
 // GET /profiles/{profileType}/{correlationId}/grain/{path...}
@@ -223,7 +223,7 @@ func (s *server) profileGrainGet(w http.ResponseWriter, r *http.Request) {
 	}
 	total := row.TotalGrainVersions
 	writeJSON(w, http.StatusOK, profileDoc{CorrelationID: row.CorrelationID, Type: row.ProfileType,
-		JSONPayload: row.JsonPayload, TotalGrainVersions: &total, Links: links})
+		JSONPayload: row.JSONPayload, TotalGrainVersions: &total, Links: links})
 }
 
 // GET /dead-letters (admin)
@@ -259,7 +259,7 @@ func (s *server) deadLetterList(w http.ResponseWriter, r *http.Request) {
 	}
 	rows, err := s.q.ProfileDeadLetterList(r.Context(), db.ProfileDeadLetterListParams{
 		CorrelationID: opt("correlationId"), ProfileType: opt("profileType"), Operation: opt("operation"),
-		Sqlstate: opt("sqlstate"), Resolved: resolved, AfterID: int64(afterID), MaxRows: int32(limit),
+		SQLState: opt("sqlstate"), Resolved: resolved, AfterID: int64(afterID), MaxRows: int32(limit),
 	})
 	if err != nil {
 		s.fail(w, r, err)
@@ -294,5 +294,5 @@ func (s *server) deadLetterReplay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, newUpdateResult(row.Status, row.Sqlstate, row.Reason, &row.DeadLetterID))
+	writeJSON(w, http.StatusOK, newUpdateResult(row.Status, row.SQLState, row.Reason, &row.DeadLetterID))
 }

@@ -63,8 +63,8 @@ func (w *ReaperWorker) Work(ctx context.Context, job *river.Job[ReaperArgs]) err
 			return fmt.Errorf("error reaping the profile store: %w", err)
 		}
 		batches++
-		ttl += r.TtlDeleted
-		ttn += r.TtnNotified
+		ttl += r.TTLDeleted
+		ttn += r.TTNNotified
 		if !r.More || !time.Now().Before(deadline) {
 			break
 		}

@@ -1,4 +1,4 @@
--- Access tokens (sql/010_auth.sql). Columns are cast so sqlc types them exactly.
+-- Access tokens (sql/auth/). Columns are cast so sqlc types them exactly.
 
 -- name: TokenCreate :one
 SELECT t.token::text AS token, t.id::bigint AS id, t.name::text AS name, t.roles::text[] AS roles,

@@ -1,4 +1,4 @@
--- Asynchronous profile updater (sql/040_profile_updater.sql).
+-- Asynchronous profile updater: the inbox and its lanes (sql/profile/).
 
 -- name: ProfileEnqueue :one
 SELECT e.accepted::integer AS accepted, e.first_id, e.last_id

@@ -1,4 +1,4 @@
--- Change notifications (sql/030_changes.sql).
+-- Change notifications: the change log (sql/change/).
 
 -- name: ChangeSequence :one
 -- Moves committed pending changes into the change log; returns the highest change id. notify

@@ -1,4 +1,4 @@
--- Profile store reaper (sql/025_profile_reaper.sql).
+-- Profile store reaper: TTL and TTN (sql/profile/).
 
 -- name: ProfileReap :one
 -- One reaper batch; batch_size NULL takes silo.settings reaper.batch_size.

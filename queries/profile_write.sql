@@ -1,0 +1,14 @@
+-- Profile store, write path (sql/profile/): the update messages of Granary's Profile Updater.
+-- Columns are cast where they are never NULL, so sqlc types them exactly.
+
+-- name: ProfileApplyBatch :many
+SELECT b.ord::integer AS ord, b.status::text AS status, b.operation, b.correlation_id, b.sqlstate,
+       b.reason, b.dead_letter_id
+FROM api.profile_apply_batch(sqlc.arg(updates)::jsonb) b;
+
+-- name: ProfileApply :one
+SELECT a.status::text AS status, a.operation, a.correlation_id, a.sqlstate, a.reason, a.dead_letter_id
+FROM api.profile_apply(sqlc.arg(update)::jsonb) a;
+
+-- name: ProfileLinkResolve :one
+SELECT api.profile_link_resolve(sqlc.arg(correlation_id)::text)::text AS target;
