@@ -2,8 +2,6 @@ package db_test
 
 import (
 	"context"
-	"io/fs"
-	"regexp"
 	"sync"
 	"testing"
 
@@ -11,7 +9,6 @@ import (
 
 	"github.com/silo-db/silo/db"
 	"github.com/silo-db/silo/db/dbtest"
-	apisql "github.com/silo-db/silo/sql"
 )
 
 func TestMigrateIdempotentAndReversible(t *testing.T) {
@@ -92,25 +89,6 @@ func TestMigrateRebuildsChangedAPI(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname = 'left_behind'`).Scan(&n))
 	require.Zero(t, n)
-}
-
-// Every SQLSTATE raised in sql/ is registered, so it reaches HTTP clients with a status and id.
-func TestErrorCodesRegistered(t *testing.T) {
-	t.Parallel()
-	re := regexp.MustCompile(`ERRCODE\s*=\s*'([0-9A-Z]{5})'`)
-	files, err := fs.Glob(apisql.FS, "*.sql")
-	require.NoError(t, err)
-	seen := 0
-	for _, f := range files {
-		b, err := fs.ReadFile(apisql.FS, f)
-		require.NoError(t, err)
-		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
-			seen++
-			_, ok := db.LookupError(m[1])
-			require.True(t, ok, "%s raises SQLSTATE %s, which db.RegisterError does not know", f, m[1])
-		}
-	}
-	require.Positive(t, seen)
 }
 
 // Every function, view and table of Silo's schemas carries a COMMENT for DBAs.

@@ -106,9 +106,9 @@ func TestProfileEnqueueRejectsBadInput(t *testing.T) {
 			return err
 		})
 		require.Error(t, err, c)
-		apiErr, ok := db.ErrorFor(err)
-		require.True(t, ok, c)
-		require.Equal(t, 400, apiErr.Status, c)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, c)
+		require.Equal(t, "SLINV", pgErr.Code, c)
 	}
 	// An object is one update; a message that is not an object is accepted and dead-lettered later.
 	row, err := q.ProfileEnqueue(context.Background(), db.ProfileEnqueueParams{Updates: []byte(`{"_id":"x","_path":["a"],"_value":{"_v":"1"}}`), Priority: "low"})

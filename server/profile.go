@@ -29,7 +29,7 @@ func newUpdateResult(status string, sqlstate, reason *string, deadLetterID *int6
 	e := &errorObject{ID: "invalid-profile-update", Data: map[string]any{}}
 	if sqlstate != nil {
 		e.Data["sqlstate"] = *sqlstate
-		if def, ok := db.LookupError(*sqlstate); ok {
+		if def, ok := lookupError(*sqlstate); ok {
 			e.ID = def.ID
 		}
 	}

@@ -236,7 +236,7 @@ func writeError(w http.ResponseWriter, status int, id, message string, data map[
 // fail answers an error from a query: a registered SQLSTATE with its status and id, anything else
 // with a logged 500.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if apiErr, ok := db.ErrorFor(err); ok {
+	if apiErr, ok := ErrorFor(err); ok {
 		writeError(w, apiErr.Status, apiErr.ID, apiErr.Message, apiErr.Data)
 		return
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/silo-db/silo/db"
 	"github.com/silo-db/silo/db/dbtest"
 	"github.com/silo-db/silo/db/embedpg"
+	"github.com/silo-db/silo/server"
 )
 
 const usage = `silo — a PostgreSQL-first engine for entity data
@@ -252,7 +253,7 @@ func cmdToken(ctx context.Context, cfg config, logger *slog.Logger, args []strin
 
 // describe turns a registered SQL error into its message for the terminal.
 func describe(err error) error {
-	if apiErr, ok := db.ErrorFor(err); ok {
+	if apiErr, ok := server.ErrorFor(err); ok {
 		return errors.New(apiErr.Message)
 	}
 	return err

@@ -1,0 +1,102 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The SQLSTATE → HTTP table: how an SQLSTATE raised by Silo's SQL reaches an HTTP client (and the
+// terminal of a CLI command). PostgREST keeps the same mapping in its HTTP layer.
+
+// errorDef describes how an SQLSTATE raised by Silo's SQL reaches an HTTP client.
+type errorDef struct {
+	Code   string // SQLSTATE, five characters
+	Status int    // HTTP status
+	ID     string // stable error id, kebab-case
+}
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]errorDef{}
+)
+
+// registerError adds an SQLSTATE to the registry. Each domain's <domain>_errors.go calls it from init.
+func registerError(code string, status int, id string) {
+	if len(code) != 5 {
+		panic("SQLSTATE must have five characters: " + code)
+	}
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[code]; dup {
+		panic("SQLSTATE registered twice: " + code)
+	}
+	registry[code] = errorDef{Code: code, Status: status, ID: id}
+}
+
+// lookupError returns the registered definition of an SQLSTATE.
+func lookupError(code string) (errorDef, bool) {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	d, ok := registry[code]
+	return d, ok
+}
+
+// APIError is an expected failure raised by the SQL layer, ready for an HTTP response.
+type APIError struct {
+	Status  int
+	ID      string
+	Message string
+	Data    map[string]any
+}
+
+func (e *APIError) Error() string { return e.ID + ": " + e.Message }
+
+// ErrorFor interprets an error from a query: a registered SQLSTATE becomes an *APIError with its
+// status, id, the PostgreSQL message, and the DETAIL and HINT in Data. ok is false for anything
+// else (an unexpected error: the caller answers 500 and logs it). pgx.ErrNoRows is interpreted
+// here, in one place, as unknown-resource.
+func ErrorFor(err error) (*APIError, bool) {
+	if err == nil {
+		return nil, false
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &APIError{Status: http.StatusNotFound, ID: "unknown-resource", Message: "not found"}, true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return nil, false
+	}
+	def, ok := lookupError(pgErr.Code)
+	if !ok {
+		return nil, false
+	}
+	data := map[string]any{"sqlstate": pgErr.Code}
+	if pgErr.Detail != "" {
+		data["detail"] = pgErr.Detail
+	}
+	if pgErr.Hint != "" {
+		data["hint"] = pgErr.Hint
+	}
+	return &APIError{Status: def.Status, ID: def.ID, Message: pgErr.Message, Data: data}, true
+}
+
+func init() {
+	// Silo's generic codes, used by every domain.
+	registerError("SLINV", http.StatusBadRequest, "invalid-request-structure")
+	registerError("SLAUT", http.StatusUnauthorized, "invalid-access-token")
+	registerError("SLFRB", http.StatusForbidden, "forbidden")
+	registerError("SLNFD", http.StatusNotFound, "unknown-resource")
+	registerError("SLCNF", http.StatusConflict, "item-already-exists")
+	// PostgreSQL's own codes for input the server could not even read.
+	registerError("22P02", http.StatusBadRequest, "invalid-parameters-format") // invalid_text_representation (bad JSON)
+	registerError("22023", http.StatusBadRequest, "invalid-parameters-format") // invalid_parameter_value
+	registerError("22021", http.StatusBadRequest, "invalid-parameters-format") // character_not_in_repertoire (not UTF-8)
+	registerError("54000", http.StatusRequestEntityTooLarge, "too-large")      // program_limit_exceeded
+	registerError("40P01", http.StatusServiceUnavailable, "concurrent-update") // deadlock_detected (after retries)
+	registerError("40001", http.StatusServiceUnavailable, "concurrent-update") // serialization_failure (after retries)
+	registerError("57014", http.StatusServiceUnavailable, "request-timeout")   // query_canceled (statement timeout)
+}
