@@ -1,6 +1,6 @@
 # Silo — `make run` starts Silo on an embedded PostgreSQL; `make test` runs the whole suite.
 # Both install what is missing first: Go modules, sqlc, and (as root, through apt-get) Debian's
-# PostgreSQL server binaries.
+# PostgreSQL server binaries and plpgsql_check, the PL/pgSQL linter the tests run over sql/.
 
 SHELL      := /bin/bash
 GO         ?= go
@@ -27,7 +27,8 @@ deps-go:
 	@$(GO) mod download
 
 # PostgreSQL server binaries: Debian's packages. No cluster is created or started by the install:
-# Silo starts its own.
+# Silo starts its own. Then plpgsql_check for the server Silo starts ($SILO_PG_BIN, else the newest
+# /usr/lib/postgresql/*/bin): the lint test in db/ runs it over every PL/pgSQL function of sql/.
 deps-pg:
 	@if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || ! command -v psql >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then \
@@ -40,6 +41,17 @@ deps-pg:
 			rc=$$?; rm -f /usr/sbin/policy-rc.d; exit $$rc; \
 		else \
 			echo "PostgreSQL server binaries are missing: install Debian's postgresql package (or set SILO_PG_BIN)"; exit 1; \
+		fi; \
+	fi
+	@bin=$${SILO_PG_BIN:-$$(ls -dv /usr/lib/postgresql/*/bin | tail -n1)}; \
+	ver=$$("$$bin/postgres" --version | sed -E 's/^[^0-9]*([0-9]+).*/\1/'); \
+	share=$$("$$bin/pg_config" --sharedir 2>/dev/null || echo /usr/share/postgresql/$$ver); \
+	if [ ! -f "$$share/extension/plpgsql_check.control" ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "installing plpgsql_check for PostgreSQL $$ver (Debian package)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-$$ver-plpgsql-check; \
+		else \
+			echo "plpgsql_check is missing: install Debian's postgresql-$$ver-plpgsql-check package (make test lints sql/ with it)"; exit 1; \
 		fi; \
 	fi
 
