@@ -17,7 +17,8 @@ import (
 const DefaultChangeTrimInterval = 10 * time.Minute
 
 // ChangeTrimArgs is the periodic job that keeps the change log (silo.changes) bounded: it deletes
-// the changes older than the retention in silo.settings (change_retention).
+// the changes older than the retention in silo.settings (change_retention) through api.change_trim
+// (sql/change/).
 type ChangeTrimArgs struct{}
 
 // Kind is the job kind.

@@ -20,7 +20,8 @@ const (
 )
 
 // ReaperArgs is the periodic job that reaps the profile store: deletes grains past their time to
-// live, notifies grains past their time to notify (api.profile_reap), then trims old reaper events.
+// live, notifies grains past their time to notify (api.profile_reap), then trims old reaper events
+// (api.profile_reaper_event_trim). Both functions are in sql/profile/.
 type ReaperArgs struct{}
 
 // Kind is the job kind.
@@ -39,9 +40,10 @@ func (ReaperArgs) InsertOpts() river.InsertOpts {
 	}
 }
 
-// ReaperWorker runs one reaper run: api.profile_reap batches, each in its own transaction, until
-// nothing is due or the budget is used, then api.profile_reaper_event_trim. The batch size and the
-// event retention are silo.settings rows (reaper.batch_size, reaper.event_retention) read by SQL.
+// ReaperWorker runs one reaper run: api.profile_reap batches until nothing is due or the budget is
+// used, then api.profile_reaper_event_trim. On the pool of NewClient each batch is its own
+// transaction, so a run holds its locks one batch at a time. The batch size and the event retention
+// are silo.settings rows (reaper.batch_size, reaper.event_retention) read by SQL.
 type ReaperWorker struct {
 	river.WorkerDefaults[ReaperArgs]
 	queries *db.Queries
@@ -52,7 +54,8 @@ type ReaperWorker struct {
 // Timeout leaves the run its budget plus time to finish the batch in flight and trim.
 func (w *ReaperWorker) Timeout(*river.Job[ReaperArgs]) time.Duration { return w.budget + time.Minute }
 
-// Work reaps until nothing is due or the budget is used; the next period goes on from there.
+// Work reaps until nothing is due or the budget is used (checked after each batch, so a run does at
+// least one); the next period goes on from there.
 func (w *ReaperWorker) Work(ctx context.Context, job *river.Job[ReaperArgs]) error {
 	deadline := time.Now().Add(w.budget)
 	var ttl, ttn int64

@@ -27,7 +27,7 @@ type UpdaterConfig struct {
 	Logger *slog.Logger
 	// Workers per priority stream in this process (0: Start does nothing).
 	Workers int
-	// Registerer receives the updater's metrics (nil: not registered).
+	// Registerer receives the updater's metrics and the backlog collector (nil: not registered).
 	Registerer prometheus.Registerer
 	// IdleMax is the longest pause of an idle worker between two looks at the inbox (default 1s).
 	// A notification on InboxChannel wakes the idle workers of its stream at once.
@@ -39,7 +39,7 @@ type UpdaterConfig struct {
 
 // Updater applies the profile inbox: Workers goroutines per priority stream, each calling
 // api.profile_inbox_process step after step. Ordering, lanes, retries and the throttle decision
-// are the SQL's; the updater only sleeps where the SQL says so, wakes on notifications and reports
+// are the SQL's (sql/profile/); the updater only sleeps where the SQL says so, wakes on notifications and reports
 // metrics. It uses a pool of its own (the caller's configuration, one connection per worker and
 // one more), so that a busy updater never makes HTTP requests wait for a connection.
 type Updater struct {

@@ -1,13 +1,11 @@
 package worker
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -23,9 +21,10 @@ const (
 // Config configures the River client.
 type Config struct {
 	Logger *slog.Logger
-	// DeadLetterRetention: resolved dead letters older than this are trimmed (0 keeps them).
+	// DeadLetterRetention: dead letters resolved longer ago than this are trimmed (0: never, the
+	// trim job is not scheduled).
 	DeadLetterRetention time.Duration
-	// MaintenanceInterval is how often the maintenance jobs run.
+	// MaintenanceInterval is how often the dead-letter trim runs (default an hour).
 	MaintenanceInterval time.Duration
 	// ReaperInterval is how often the reaper runs (0: DefaultReaperInterval; negative: never).
 	ReaperInterval time.Duration
@@ -54,8 +53,19 @@ func (c *Config) defaults() {
 	}
 }
 
-// NewClient returns a River client that works Silo's queues and schedules its periodic jobs.
+// NewClient returns a River client that works Silo's queues and schedules its periodic jobs. The
+// workers query through pool, each call its own transaction.
 func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
+	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(pool, cfg))
+	if err != nil {
+		return nil, fmt.Errorf("error creating River client: %w", err)
+	}
+	return client, nil
+}
+
+// riverConfig is the River configuration of NewClient: the workers, the maintenance queue and the
+// periodic jobs that cfg enables.
+func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 	cfg.defaults()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &DeadLetterTrimWorker{queries: db.New(pool), retention: cfg.DeadLetterRetention})
@@ -84,60 +94,10 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "change_trim"},
 		))
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+	return &river.Config{
 		Logger:       cfg.Logger,
 		Queues:       map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 2}},
 		Workers:      workers,
 		PeriodicJobs: periodic,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("error creating River client: %w", err)
 	}
-	return client, nil
-}
-
-// NewInsertClient returns a River client that only inserts jobs (for processes that serve HTTP
-// without working queues): jobs are enqueued with InsertTx in the transaction of the change they
-// follow from.
-func NewInsertClient(pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &DeadLetterTrimWorker{})
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, Workers: workers})
-	if err != nil {
-		return nil, fmt.Errorf("error creating River client: %w", err)
-	}
-	return client, nil
-}
-
-// DeadLetterTrimArgs is the periodic job that trims resolved dead letters.
-type DeadLetterTrimArgs struct{}
-
-// Kind is the job kind.
-func (DeadLetterTrimArgs) Kind() string { return "profile_dead_letter_trim" }
-
-// InsertOpts puts the job in the maintenance queue, once per period.
-func (DeadLetterTrimArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: QueueMaintenance, UniqueOpts: river.UniqueOpts{ByPeriod: time.Minute}}
-}
-
-// DeadLetterTrimWorker calls api.profile_dead_letter_trim.
-type DeadLetterTrimWorker struct {
-	river.WorkerDefaults[DeadLetterTrimArgs]
-	queries   *db.Queries
-	retention time.Duration
-}
-
-// Work trims resolved dead letters older than the retention.
-func (w *DeadLetterTrimWorker) Work(ctx context.Context, job *river.Job[DeadLetterTrimArgs]) error {
-	if w.retention <= 0 {
-		return nil
-	}
-	_, err := w.queries.ProfileDeadLetterTrim(ctx, pgtype.Interval{Microseconds: w.retention.Microseconds(), Valid: true})
-	if err != nil {
-		return fmt.Errorf("error trimming dead letters: %w", err)
-	}
-	return nil
 }
