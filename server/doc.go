@@ -2,8 +2,22 @@
 // shape, request logging and Prometheus metrics. A handler decodes the request, makes one call of
 // the generated queries (package db) and encodes the result; the rules live in SQL.
 //
-// Change notifications: the Hub (hub.go) holds the process's LISTEN connection and fans the change
-// log out to websocket clients of GET /ws (ws.go); the caller starts and stops it with the process.
+// The files form layers; a file uses only the files below it:
+//
+//	routes.go                      New: the route table
+//	profile*.go, change_ws.go,     the handlers, one domain each
+//	health.go
+//	middleware.go                  request logging, metrics and panics (instrument)
+//	auth.go                        token → identity (api.token_authenticate), writer and admin checks
+//	respond.go                     reading bodies and parameters, JSON answers, fail
+//	server.go, metrics.go,         the server type and its Config, its metrics, the identity cache,
+//	auth_cache.go, batcher.go,     the update batcher, and the SQLSTATE → HTTP table
+//	retry.go, errors.go, *_errors.go
+//
+// Change notifications belong to package change: its Hub holds the process's LISTEN connection
+// and runs the websocket sessions. GET /ws (change_ws.go) only authenticates the token, checks
+// the request, upgrades it and hands the connection and the identity to the hub; the caller
+// starts and stops the hub with the process and passes it in Config.Hub.
 //
 // New returns the http.Handler; the caller owns the http.Server and its graceful shutdown.
 package server

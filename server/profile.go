@@ -1,16 +1,12 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/silo-db/silo/db"
 )
@@ -41,36 +37,6 @@ func newUpdateResult(status string, sqlstate, reason *string, deadLetterID *int6
 	}
 	res.Error = e
 	return res
-}
-
-// readBody reads a JSON body that must be an object or an array.
-func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("request body larger than %d bytes", s.maxBody), nil)
-		} else {
-			writeError(w, http.StatusBadRequest, "invalid-request-structure", "error reading the request body", nil)
-		}
-		return nil, false
-	}
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if !json.Valid(body) || len(trimmed) == 0 || (trimmed[0] != '{' && trimmed[0] != '[') {
-		writeError(w, http.StatusBadRequest, "invalid-request-structure", "the body must be a JSON object or a JSON array of objects", nil)
-		return nil, false
-	}
-	// PostgreSQL takes UTF-8 only (Go's JSON check lets other bytes through in strings), and its
-	// jsonb refuses \u0000 in strings: that is bad input, not a server error.
-	if !utf8.Valid(body) {
-		writeError(w, http.StatusBadRequest, "invalid-request-structure", "the body must be UTF-8", nil)
-		return nil, false
-	}
-	if bytes.Contains(body, []byte(`\u0000`)) {
-		writeError(w, http.StatusBadRequest, "invalid-request-structure", `JSON strings may not contain \u0000`, nil)
-		return nil, false
-	}
-	return body, true
 }
 
 // POST /profile-updates: one update or an array of them, applied in order.
@@ -112,35 +78,6 @@ func (s *server) profileUpdates(w http.ResponseWriter, r *http.Request) {
 		s.metrics.updates.WithLabelValues(op, row.Status).Inc()
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// boolParam reads an optional boolean query parameter.
-func boolParam(q url.Values, name string, def bool) (bool, error) {
-	v := q.Get(name)
-	if v == "" {
-		return def, nil
-	}
-	b, err := strconv.ParseBool(strings.ToLower(v))
-	if err != nil {
-		return false, fmt.Errorf("query parameter %s must be true or false, not %q", name, v)
-	}
-	return b, nil
-}
-
-func intParam(q url.Values, name string, def, min, max int) (int, error) {
-	v := q.Get(name)
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < min || n > max {
-		return 0, fmt.Errorf("query parameter %s must be an integer from %d to %d, not %q", name, min, max, v)
-	}
-	return n, nil
-}
-
-func badParam(w http.ResponseWriter, err error) {
-	writeError(w, http.StatusBadRequest, "invalid-parameters-format", err.Error(), nil)
 }
 
 // profileDoc is the response of the profile reads (Granary's shape).

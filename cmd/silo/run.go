@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/silo-db/silo/change"
 	"github.com/silo-db/silo/db"
 	"github.com/silo-db/silo/server"
 	"github.com/silo-db/silo/worker"
@@ -68,7 +69,9 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 			if !work || cfg.updaterWorkers == 0 {
 				registry.MustRegister(worker.NewBacklogCollector(pool)) // the updater registers it otherwise
 			}
-			hub := server.NewHub(server.HubConfig{Pool: pool, Logger: logger})
+			// Change notifications (package change): the process's LISTEN connection and its
+			// websocket sessions, served by the HTTP API on GET /ws.
+			hub := change.NewHub(change.Config{Pool: pool, Logger: logger})
 			if err := hub.Start(ctx); err != nil {
 				return err
 			}

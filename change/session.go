@@ -1,15 +1,11 @@
-package server
+package change
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,60 +15,21 @@ import (
 	"github.com/silo-db/silo/db"
 )
 
-// GET /ws: change notifications over a websocket. The protocol (README, "Change notifications"):
-//
-//	GET /ws[?auth=<token>][&after=<id>][&channel=<pattern>...|&channels=<p1>,<p2>][&debounce_ms=<ms>]
-//
-// The token comes from the Authorization header, as for the HTTP API, or from ?auth= (browsers
-// cannot set headers on a websocket); none is the anonymous identity (readers _all). A bad token is
-// refused with 401 before the upgrade.
-//
-// Server → client, one JSON object per text message:
-//
-//	{"type":"ready","position":N}                         first; N is where the connection starts
-//	{"type":"change","id":N,"channel":...,"kind":...,"payload":{...},"created":...}
-//	{"type":"subscribed","channels":[...],"position":N}   after a subscribe has caught up
-//	{"type":"unsubscribed","channels":[...]}
-//	{"type":"expired","after":A,"resume_after":R,"cause":"expired"|"ahead","message":...}
-//	{"type":"error","error":{"id":...,"message":...}}
-//
-// Client → server:
-//
-//	{"type":"subscribe","channels":["profile:customer:42","profile:contract:*"],"after":N,"debounce_ms":200}
-//	{"type":"unsubscribe","channels":[...]}
-//
-// Each connection has a position: the id of the last change written to it, or, before the first,
-// the after it was opened with (or the end of the change log when it was opened without one).
-// Whenever channels are added, the connection catches up from the change log (api.changes_since)
-// with every change after its position on any of its channels, then goes on with live changes:
-// ids only grow, nothing is skipped and nothing comes twice. A client that reconnects with
-// after=<last id it saw> therefore misses nothing (within the retention).
-
-// Close codes and reasons.
-const (
-	closeSlow   = 4000 // the client's queue overflowed: "too slow: resume with after=N"
-	closeAuth   = 4001 // the token was revoked: "access token no longer valid"
-	closeBehind = 4002 // the process fell behind the change log's retention: "server behind: resume with after=N"
-)
-
-var upgrader = websocket.Upgrader{
-	ReadBufferSize:  1024,
-	WriteBufferSize: 4096,
-	// Idle connections hold no write buffer.
-	WriteBufferPool: &sync.Pool{},
-	// Silo authenticates by token, never by cookie: a page from another origin can do nothing
-	// with a websocket that it could not do with the token itself.
-	CheckOrigin: func(*http.Request) bool { return true },
+// Identity is who a session serves, as the transport authenticated it.
+type Identity struct {
+	// Readers: the reader values whose changes it may see (_all, _auth and its roles, as
+	// api.token_authenticate gives them).
+	Readers []string
+	// Admin sees every change, those without readers too.
+	Admin bool
+	// Reauthenticate checks, every Config.ReauthInterval, that the identity is still valid: an
+	// error wrapping ErrRevoked closes the connection (4001); any other error (the check could not
+	// be made) keeps it. nil: never checked again.
+	Reauthenticate func(context.Context) error
 }
 
-// clientMessage is a message from the client.
-type clientMessage struct {
-	Type       string   `json:"type"`
-	Channels   []string `json:"channels"`
-	After      *int64   `json:"after"`
-	DebounceMS *int64   `json:"debounce_ms"`
-	bad        string   // why the message could not be read
-}
+// ErrRevoked is what Identity.Reauthenticate returns once the identity is no longer valid.
+var ErrRevoked = errors.New("access token no longer valid")
 
 // client is one websocket connection as the hub sees it.
 type client struct {
@@ -101,94 +58,6 @@ func (c *client) kick(code int, why string) {
 	})
 }
 
-// ws upgrades GET /ws after authenticating the token.
-func (s *server) ws(w http.ResponseWriter, r *http.Request) {
-	if s.hub == nil || !s.hub.Ready() {
-		writeError(w, http.StatusServiceUnavailable, "not-available", "this process does not serve change notifications (yet)", nil)
-		return
-	}
-	token := strings.TrimSpace(r.Header.Get("Authorization"))
-	if len(token) > 7 && strings.EqualFold(token[:7], "bearer ") {
-		token = strings.TrimSpace(token[7:])
-	}
-	ar := r
-	if token == "" {
-		if t := strings.TrimSpace(r.URL.Query().Get("auth")); t != "" {
-			token = t
-			ar = r.Clone(r.Context())
-			ar.Header.Set("Authorization", "Bearer "+t)
-		}
-	}
-	id, ok := s.identity(w, ar)
-	if !ok {
-		return
-	}
-	opts, msg := parseWSQuery(r)
-	if msg != "" {
-		writeError(w, http.StatusBadRequest, "invalid-parameters-format", msg, nil)
-		return
-	}
-	if !websocket.IsWebSocketUpgrade(r) {
-		writeError(w, http.StatusBadRequest, "invalid-request-structure", "GET /ws expects a websocket upgrade", nil)
-		return
-	}
-	conn, err := upgrader.Upgrade(w, r, nil)
-	if err != nil {
-		return // the upgrader has answered
-	}
-	reauth := func(ctx context.Context) error {
-		if token == "" {
-			return nil
-		}
-		key := sha256.Sum256([]byte(token))
-		now := time.Now()
-		if _, ok := s.identities.get(key, now); ok {
-			return nil
-		}
-		fresh, err := s.q.TokenAuthenticate(ctx, &token)
-		if err == nil {
-			s.identities.put(key, fresh, now)
-		}
-		return err
-	}
-	s.hub.serve(conn, id, opts, reauth)
-}
-
-// wsOptions are the query parameters of GET /ws.
-type wsOptions struct {
-	after    *int64
-	channels []string
-	debounce time.Duration
-}
-
-func parseWSQuery(r *http.Request) (wsOptions, string) {
-	var o wsOptions
-	q := r.URL.Query()
-	if v := q.Get("after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return o, "after must be a change id (a whole number, 0 or more)"
-		}
-		o.after = &n
-	}
-	o.channels = append(o.channels, q["channel"]...)
-	for _, v := range q["channels"] {
-		for _, c := range strings.Split(v, ",") {
-			if c = strings.TrimSpace(c); c != "" {
-				o.channels = append(o.channels, c)
-			}
-		}
-	}
-	if v := q.Get("debounce_ms"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 || n > 60000 {
-			return o, "debounce_ms must be a whole number of milliseconds between 0 and 60000"
-		}
-		o.debounce = time.Duration(n) * time.Millisecond
-	}
-	return o, ""
-}
-
 // session is the writer's side of one connection: it alone writes to the websocket (the gorilla
 // pattern: one writer goroutine, one reader goroutine per connection).
 type session struct {
@@ -209,20 +78,10 @@ type session struct {
 	timerOn bool
 }
 
-// outItem is a change (or a reply that must not overtake the changes before it) waiting to be
-// written; a debounced change gathers the later changes of its channel and kind until its deadline.
-type outItem struct {
-	m        *message // nil: a reply, reply holds its frame
-	reply    []byte
-	deadline time.Time // zero: ready
-	payload  json.RawMessage
-	count    int
-	lastID   int64
-}
-
-// serve runs a connection until it ends. It returns after the connection is closed.
-func (h *Hub) serve(conn *websocket.Conn, id db.TokenAuthenticateRow, opts wsOptions, reauth func(context.Context) error) {
-	c := &client{hub: h, conn: conn, readers: map[string]struct{}{}, readerL: id.Readers, isAdmin: id.IsAdmin,
+// Serve runs a session on an upgraded connection until it ends, and closes the connection before
+// it returns. A hub that is not ready or is stopping closes the connection at once (1001).
+func (h *Hub) Serve(conn *websocket.Conn, id Identity, opts SessionOptions) {
+	c := &client{hub: h, conn: conn, readers: map[string]struct{}{}, readerL: id.Readers, isAdmin: id.Admin,
 		queue: newClientQueue(h.cfg.ClientBuffer), kicked: make(chan struct{}), hubPatterns: map[string]struct{}{}}
 	for _, r := range id.Readers {
 		c.readers[r] = struct{}{}
@@ -235,7 +94,7 @@ func (h *Hub) serve(conn *websocket.Conn, id db.TokenAuthenticateRow, opts wsOpt
 		return
 	}
 	defer h.conns.Done()
-	s := &session{h: h, c: c, reauth: reauth, ctrl: make(chan clientMessage), readerDone: make(chan struct{}),
+	s := &session{h: h, c: c, reauth: id.Reauthenticate, ctrl: make(chan clientMessage), readerDone: make(chan struct{}),
 		writerDone: make(chan struct{}), subs: map[string]time.Duration{}, seen: start, written: start}
 	go s.readPump()
 	code, reason := s.run(opts)
@@ -281,27 +140,31 @@ func (s *session) readPump() {
 // errWrite: the websocket could not be written; the connection is over.
 var errWrite = errors.New("websocket write failed")
 
-// run is the writer loop. It returns the close code and reason to send (0: none).
-func (s *session) run(opts wsOptions) (int, string) {
+// run is the writer loop (the write pump). It returns the close code and reason to send (0: none).
+func (s *session) run(opts SessionOptions) (int, string) {
 	h := s.h
-	if opts.after != nil {
-		if err := s.resumeFrom(*opts.after); err != nil {
+	if opts.After != nil {
+		if err := s.resumeFrom(*opts.After); err != nil {
 			return s.failed(err)
 		}
 	}
 	if err := s.writeJSON(map[string]any{"type": "ready", "position": s.written}); err != nil {
 		return 0, ""
 	}
-	if len(opts.channels) > 0 {
-		d := opts.debounce.Milliseconds()
-		if err := s.subscribe(clientMessage{Type: "subscribe", Channels: opts.channels, DebounceMS: &d}); err != nil {
+	if len(opts.Channels) > 0 {
+		d := opts.Debounce.Milliseconds()
+		if err := s.subscribe(clientMessage{Type: "subscribe", Channels: opts.Channels, DebounceMS: &d}); err != nil {
 			return s.failed(err)
 		}
 	}
 	ping := time.NewTicker(h.cfg.PingPeriod)
 	defer ping.Stop()
-	reauth := time.NewTicker(h.cfg.ReauthInterval)
-	defer reauth.Stop()
+	var reauth <-chan time.Time // nil: the identity is never checked again
+	if s.reauth != nil {
+		t := time.NewTicker(h.cfg.ReauthInterval)
+		defer t.Stop()
+		reauth = t.C
+	}
 	s.timer = time.NewTimer(time.Hour)
 	s.timer.Stop()
 	defer s.timer.Stop()
@@ -350,12 +213,11 @@ func (s *session) run(opts wsOptions) (int, string) {
 			if err := s.c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(h.cfg.WriteWait)); err != nil {
 				return 0, ""
 			}
-		case <-reauth.C:
+		case <-reauth:
 			ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 			err := s.reauth(ctx)
 			cancel()
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "SLAUT" {
+			if errors.Is(err, ErrRevoked) {
 				return closeAuth, "access token no longer valid"
 			}
 		}
@@ -409,7 +271,7 @@ func (s *session) writeJSON(v any) error {
 }
 
 func (s *session) writeError(id, msg string, data map[string]any) error {
-	return s.writeJSON(map[string]any{"type": "error", "error": errorObject{ID: id, Message: msg, Data: data}})
+	return s.writeJSON(map[string]any{"type": "error", "error": wireError{ID: id, Message: msg, Data: data}})
 }
 
 // resumeFrom sets the position to after, as api.change_resume decides: when changes after it were
@@ -564,112 +426,4 @@ func (s *session) catchUp() error {
 			return nil
 		}
 	}
-}
-
-// emit takes a change into the output: once (by id), only while the connection still subscribes
-// to its channel, coalesced into a waiting change of the same channel and kind when the
-// subscription has a debounce.
-func (s *session) emit(m *message) {
-	if m.id <= s.seen {
-		return
-	}
-	s.seen = m.id
-	debounce, ok := s.debounceFor(m.channel)
-	if !ok {
-		return
-	}
-	s.emitted = true
-	if debounce > 0 && s.h.coalesce[m.kind] {
-		for _, it := range s.out {
-			if !it.deadline.IsZero() && it.m != nil && it.m.channel == m.channel && it.m.kind == m.kind {
-				it.payload = mergePayload(it.payload, m.payload)
-				it.count++
-				it.lastID = m.id
-				return
-			}
-		}
-		s.out = append(s.out, &outItem{m: m, deadline: time.Now().Add(debounce), payload: m.payload, count: 1, lastID: m.id})
-		return
-	}
-	s.out = append(s.out, &outItem{m: m})
-}
-
-// debounceFor: whether the connection subscribes to channel, and the longest debounce of the
-// patterns that match it.
-func (s *session) debounceFor(channel string) (time.Duration, bool) {
-	var d time.Duration
-	found := false
-	if v, ok := s.subs[channel]; ok {
-		d, found = v, true
-	}
-	for p, v := range s.subs {
-		if strings.HasSuffix(p, "*") && matches(p, channel) {
-			d, found = max(d, v), true
-		}
-	}
-	return d, found
-}
-
-// flushOK writes the waiting changes from the head while they are due; a debounced change not yet
-// due holds back the ones behind it (ids stay in order). False when a write failed or too many
-// changes wait.
-func (s *session) flushOK() bool {
-	now := time.Now()
-	for len(s.out) > 0 {
-		it := s.out[0]
-		if !it.deadline.IsZero() && now.Before(it.deadline) {
-			if !s.timerOn {
-				s.timer.Reset(it.deadline.Sub(now))
-				s.timerOn = true
-			}
-			return len(s.out) <= s.h.cfg.ClientBuffer
-		}
-		if it.m == nil {
-			if err := s.write(it.reply); err != nil {
-				return false
-			}
-			s.out[0] = nil
-			s.out = s.out[1:]
-			continue
-		}
-		frame := it.m.frame
-		if it.count > 1 {
-			frame, _ = json.Marshal(wireChange{Type: "change", ID: it.m.id, Channel: it.m.channel, Kind: it.m.kind,
-				Payload: it.payload, Created: it.m.created, Coalesced: it.count, LastID: it.lastID})
-		}
-		if err := s.write(frame); err != nil {
-			return false
-		}
-		s.h.mMessages.Inc()
-		s.written = it.m.id
-		s.out[0] = nil
-		s.out = s.out[1:]
-	}
-	s.out = nil
-	return true
-}
-
-// mergePayload coalesces two payloads of one channel and kind: the later one, with the union of
-// both "paths" arrays when both have one.
-func mergePayload(a, b json.RawMessage) json.RawMessage {
-	var ma, mb map[string]json.RawMessage
-	if json.Unmarshal(a, &ma) != nil || json.Unmarshal(b, &mb) != nil {
-		return b
-	}
-	var pa, pb []string
-	if json.Unmarshal(ma["paths"], &pa) != nil || json.Unmarshal(mb["paths"], &pb) != nil {
-		return b
-	}
-	for _, p := range pa {
-		if !slices.Contains(pb, p) {
-			pb = append(pb, p)
-		}
-	}
-	slices.Sort(pb)
-	mb["paths"], _ = json.Marshal(pb)
-	out, err := json.Marshal(mb)
-	if err != nil {
-		return b
-	}
-	return out
 }

@@ -1,0 +1,97 @@
+package server_test
+
+// GET /ws at the HTTP level: what is refused before the upgrade, and the route with and without a
+// hub. The session protocol itself is tested in package change.
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/require"
+
+	"github.com/silo-db/silo/change"
+	"github.com/silo-db/silo/db/dbtest"
+	"github.com/silo-db/silo/server"
+)
+
+func TestChangeWSRefusesBadTokensBeforeTheUpgrade(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	hub := change.NewHub(change.Config{Pool: pool})
+	require.NoError(t, hub.Start(ctx))
+	srv := httptest.NewServer(server.New(server.Config{Pool: pool, Version: "test", Hub: hub}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		require.NoError(t, hub.Stop(sctx))
+	})
+	var reader string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT token FROM api.token_create('reader', '{}', false, false)`).Scan(&reader))
+	deadline := time.Now().Add(30 * time.Second)
+	for !hub.Ready() {
+		require.True(t, time.Now().Before(deadline), "the hub did not get ready")
+		time.Sleep(20 * time.Millisecond)
+	}
+	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"
+	bearer := func(token string) http.Header { return http.Header{"Authorization": {"Bearer " + token}} }
+
+	for _, tc := range []struct {
+		name, query string
+		header      http.Header
+		status      int
+		errID       string
+	}{
+		{"unknown token in the header", "", bearer("silo_nope"), 401, "invalid-access-token"},
+		{"unknown token in ?auth", "?auth=silo_nope", nil, 401, "invalid-access-token"},
+		{"bad after", "?after=-1", bearer(reader), 400, "invalid-parameters-format"},
+		{"bad debounce", "?debounce_ms=x", nil, 400, "invalid-parameters-format"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, resp, err := websocket.DefaultDialer.Dial(url+tc.query, tc.header)
+			require.ErrorIs(t, err, websocket.ErrBadHandshake)
+			defer resp.Body.Close()
+			require.Equal(t, tc.status, resp.StatusCode)
+			body, _ := io.ReadAll(resp.Body)
+			var e struct {
+				Error struct{ ID string } `json:"error"`
+			}
+			require.NoError(t, json.Unmarshal(body, &e), string(body))
+			require.Equal(t, tc.errID, e.Error.ID)
+		})
+	}
+	// A valid token, in the header or in ?auth, and none at all open a session.
+	for _, tc := range []struct {
+		query  string
+		header http.Header
+	}{{"", bearer(reader)}, {"?auth=" + reader, nil}, {"", nil}} {
+		conn, resp, err := websocket.DefaultDialer.Dial(url+tc.query, tc.header)
+		require.NoError(t, err, tc.query)
+		resp.Body.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		var m struct{ Type string }
+		require.NoError(t, conn.ReadJSON(&m))
+		require.Equal(t, "ready", m.Type)
+		conn.Close()
+	}
+	// A plain GET is not an upgrade.
+	resp, err := http.Get(srv.URL + "/ws")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 400, resp.StatusCode)
+	// Without a hub the route exists but does not serve.
+	plain := httptest.NewServer(server.New(server.Config{Pool: pool}))
+	defer plain.Close()
+	resp, err = http.Get(plain.URL + "/ws")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 503, resp.StatusCode)
+}

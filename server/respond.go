@@ -1,0 +1,118 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// What every handler uses to read a request and answer it: JSON bodies in and out, errors in
+// Pryv's shape, query parameters.
+
+// errorBody is Pryv's error shape.
+type errorBody struct {
+	Error errorObject `json:"error"`
+}
+
+type errorObject struct {
+	ID      string         `json:"id"`
+	Message string         `json:"message"`
+	Data    map[string]any `json:"data,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeRawJSON(w http.ResponseWriter, status int, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func writeError(w http.ResponseWriter, status int, id, message string, data map[string]any) {
+	writeJSON(w, status, errorBody{Error: errorObject{ID: id, Message: message, Data: data}})
+}
+
+// fail answers an error from a query: a registered SQLSTATE with its status and id, anything else
+// with a logged 500.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if apiErr, ok := ErrorFor(err); ok {
+		writeError(w, apiErr.Status, apiErr.ID, apiErr.Message, apiErr.Data)
+		return
+	}
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the client went away
+	}
+	s.log.Error("unexpected error", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusInternalServerError, "unexpected-error", "unexpected error", nil)
+}
+
+// readBody reads a JSON body that must be an object or an array.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("request body larger than %d bytes", s.maxBody), nil)
+		} else {
+			writeError(w, http.StatusBadRequest, "invalid-request-structure", "error reading the request body", nil)
+		}
+		return nil, false
+	}
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if !json.Valid(body) || len(trimmed) == 0 || (trimmed[0] != '{' && trimmed[0] != '[') {
+		writeError(w, http.StatusBadRequest, "invalid-request-structure", "the body must be a JSON object or a JSON array of objects", nil)
+		return nil, false
+	}
+	// PostgreSQL takes UTF-8 only (Go's JSON check lets other bytes through in strings), and its
+	// jsonb refuses \u0000 in strings: that is bad input, not a server error.
+	if !utf8.Valid(body) {
+		writeError(w, http.StatusBadRequest, "invalid-request-structure", "the body must be UTF-8", nil)
+		return nil, false
+	}
+	if bytes.Contains(body, []byte(`\u0000`)) {
+		writeError(w, http.StatusBadRequest, "invalid-request-structure", `JSON strings may not contain \u0000`, nil)
+		return nil, false
+	}
+	return body, true
+}
+
+// boolParam reads an optional boolean query parameter.
+func boolParam(q url.Values, name string, def bool) (bool, error) {
+	v := q.Get(name)
+	if v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(strings.ToLower(v))
+	if err != nil {
+		return false, fmt.Errorf("query parameter %s must be true or false, not %q", name, v)
+	}
+	return b, nil
+}
+
+func intParam(q url.Values, name string, def, min, max int) (int, error) {
+	v := q.Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min || n > max {
+		return 0, fmt.Errorf("query parameter %s must be an integer from %d to %d, not %q", name, min, max, v)
+	}
+	return n, nil
+}
+
+func badParam(w http.ResponseWriter, err error) {
+	writeError(w, http.StatusBadRequest, "invalid-parameters-format", err.Error(), nil)
+}
