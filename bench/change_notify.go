@@ -1,8 +1,8 @@
 package main
 
-// Change notifications: what recording changes costs the write path, the latency from commit to
-// websocket receipt with 1,000 subscribed clients on one process, and the memory of 10,000 idle
-// websocket clients.
+// Workload 6, change notifications: what recording changes costs the write path, the latency from
+// commit to websocket receipt with 1,000 subscribed clients on one process, and the memory of
+// 10,000 idle websocket clients. The only workload that runs a hub.
 //
 //   - Recording cost: api.profile_apply_batch in three modes taking turns: no profile change
 //     recorded (silo.change_capture = off: the baseline), changes recorded with writers not
@@ -68,6 +68,7 @@ func init() {
 	if spec := os.Getenv(envWSChild); spec != "" {
 		os.Exit(wsChild(spec))
 	}
+	register(workload{order: 70, only: []string{"notify"}, run: notifyWorkload})
 }
 
 // raiseNoFile lifts the soft limit of open files to the hard limit: every websocket is a file.
@@ -82,7 +83,7 @@ func raiseNoFile() uint64 {
 	return lim.Cur
 }
 
-func (bn *bench) notifyWorkload(ctx context.Context, rp *report) error {
+func notifyWorkload(ctx context.Context, bn *bench, rp *report) error {
 	log.Printf("change notifications ...")
 	if lim := raiseNoFile(); lim < idleClients+1000 {
 		return fmt.Errorf("open files limited to %d: the idle-clients figure needs %d", lim, idleClients+1000)
@@ -228,52 +229,39 @@ func (bn *bench) recordingCost(ctx context.Context, rp *report) error {
 		err := c.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'dead_letter') FROM api.profile_apply_batch($1::jsonb)`, body).Scan(&bad)
 		return bad, err
 	}
-	measureAll := func(name string, measure func(run int) (float64, error)) ([][]float64, error) {
+	// measureModes measures one figure in every write mode, the modes taking turns.
+	measureModes := func(name string, prepare func(run int) error, measure func() (float64, error)) ([][]float64, error) {
 		log.Printf("%s ...", name)
-		res := make([][]float64, len(writeModes))
-		for run := range runs + 1 {
-			for k := range writeModes {
-				m := writeModes[(k+run)%len(writeModes)] // the order turns from run to run
+		measures := make([]func() (float64, error), len(writeModes))
+		for k, m := range writeModes {
+			measures[k] = func() (float64, error) {
 				if err := setMode(m); err != nil {
-					return nil, err
+					return 0, err
 				}
-				x, err := measure(run)
+				x, err := measure()
 				if err != nil {
-					return nil, fmt.Errorf("%s, %s: %w", name, m.name, err)
+					return 0, fmt.Errorf("%s, %s: %w", name, m.name, err)
 				}
-				if run > 0 {
-					res[(k+run)%len(writeModes)] = append(res[(k+run)%len(writeModes)], x)
-				}
+				return x, nil
 			}
 		}
-		return res, nil
+		return takeTurns(runs, 1, prepare, measures...)
 	}
 	var errs int64
 	g := &gen{r: rand.New(rand.NewPCG(6, 6)), ns: "mix", mix: true}
 	var batches []batch
-	lastRun := -1
-	batchRes, err := measureAll("profile_apply_batch, 500/call, mix, change recording", func(run int) (float64, error) {
-		if run != lastRun { // the same batches for every mode of a run
-			batches = batches[:0]
-			for range batchesPerRun {
-				batches = append(batches, g.batch(1, 0))
-			}
-			lastRun = run
-		}
-		start, n := time.Now(), 0
-		for _, b := range batches {
-			if time.Since(start) > runDeadline {
-				break
-			}
-			bad, err := apply(conns[0], b.body)
-			if err != nil {
-				return 0, err
-			}
-			errs += bad
-			n += len(b.rows)
-		}
-		return float64(n) / time.Since(start).Seconds(), nil
-	})
+	batchRes, err := measureModes("profile_apply_batch, 500/call, mix, change recording",
+		func(int) error { // the same batches for every mode of a run
+			batches = g.batches(batchesPerRun)
+			return nil
+		},
+		func() (float64, error) {
+			return batchRate(batches, func(b batch) error {
+				bad, err := apply(conns[0], b.body)
+				errs += bad
+				return err
+			})
+		})
 	if err != nil {
 		return err
 	}
@@ -281,7 +269,7 @@ func (bn *bench) recordingCost(ctx context.Context, rp *report) error {
 	for c := range gens {
 		gens[c] = &gen{r: rand.New(rand.NewPCG(7, uint64(c))), ns: "mix", mix: true}
 	}
-	singleRes, err := measureAll(fmt.Sprintf("profile_apply_batch, 1/call, %d connections, change recording", recordingConns), func(int) (float64, error) {
+	singleRes, err := measureModes(fmt.Sprintf("profile_apply_batch, 1/call, %d connections, change recording", recordingConns), nil, func() (float64, error) {
 		return closedLoop(recordingConns, recordingLength, func(c int) error {
 			g := gens[c]
 			u, _ := g.make(g.r.IntN(numCIDs/recordingConns)*recordingConns+c, g.r.IntN(numPaths))
