@@ -48,6 +48,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/silo-db/silo/change"
 	"github.com/silo-db/silo/server"
 )
 
@@ -130,8 +131,8 @@ func notifyWorkload(ctx context.Context, bn *bench, rp *report) error {
 
 // startHub starts a hub (poll: its PollInterval, 0 the default) and an HTTP server for it; stop
 // stops both (it may be called more than once).
-func (bn *bench) startHub(ctx context.Context, poll time.Duration) (*server.Hub, string, func(), error) {
-	hub := server.NewHub(server.HubConfig{Pool: bn.silo, PollInterval: poll,
+func (bn *bench) startHub(ctx context.Context, poll time.Duration) (*change.Hub, string, func(), error) {
+	hub := change.NewHub(change.Config{Pool: bn.silo, PollInterval: poll,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err := hub.Start(ctx); err != nil {
 		return nil, "", nil, err
@@ -544,7 +545,7 @@ func rss() uint64 {
 }
 
 // idleWebsockets: 10,000 idle clients in a child process; the server's memory per client.
-func (bn *bench) idleWebsockets(ctx context.Context, rp *report, hub *server.Hub, wsURL string) error {
+func (bn *bench) idleWebsockets(ctx context.Context, rp *report, hub *change.Hub, wsURL string) error {
 	name := fmt.Sprintf("idle websocket clients on one process (%s)", thousands(idleClients))
 	log.Printf("%s ...", name)
 	for deadline := time.Now().Add(30 * time.Second); hub.Clients() > 0 && time.Now().Before(deadline); {
