@@ -20,7 +20,7 @@
 --   other update; updates sent under two linked ids are ordered per id, not across them (as with
 --   a topic keyed by _id).
 -- * Changing updater.lanes re-lanes the waiting messages in the same transaction
---   (api.profile_inbox_relane): it waits for the steps and enqueues in progress and keeps the
+--   (profile_private.inbox_relane): it waits for the steps and enqueues in progress and keeps the
 --   order of every _id. Enqueue computes the lane in the statement that inserts, so it sees the
 --   lane count of the last committed change.
 -- * Idle workers poll with back-off (up to a second) and are woken by NOTIFY silo_inbox, which
@@ -43,28 +43,28 @@
 -- * A step runs in READ COMMITTED only: each statement must see the deletes of the step that held
 --   the lane before.
 
--- api.profile_priority: internal. 0 for 'high', 1 for 'low', NULL for anything else.
+-- profile_private.priority: internal. 0 for 'high', 1 for 'low', NULL for anything else.
 -- Raises: nothing (the callers raise SLINV on NULL).
-CREATE FUNCTION api.profile_priority(p_priority text)
+CREATE FUNCTION profile_private.priority(p_priority text)
 RETURNS smallint
 LANGUAGE sql IMMUTABLE
 AS $$
     SELECT CASE p_priority WHEN 'high' THEN 0::smallint WHEN 'low' THEN 1::smallint END;
 $$;
-COMMENT ON FUNCTION api.profile_priority(text) IS
+COMMENT ON FUNCTION profile_private.priority(text) IS
     'Internal: the inbox priority of a stream name: high 0, low 1, NULL for anything else.';
 
--- api.profile_inbox_lane: internal. The lane of an update message among p_lanes lanes:
+-- profile_private.inbox_lane: internal. The lane of an update message among p_lanes lanes:
 -- hashtext(_id) modulo p_lanes when _id is a string, else 0.
 -- Raises: nothing.
-CREATE FUNCTION api.profile_inbox_lane(p_message jsonb, p_lanes integer)
+CREATE FUNCTION profile_private.inbox_lane(p_message jsonb, p_lanes integer)
 RETURNS integer
 LANGUAGE sql IMMUTABLE
 AS $$
     SELECT CASE WHEN jsonb_typeof(p_message -> '_id') = 'string'
                 THEN (hashtext(p_message ->> '_id') & 2147483647) % p_lanes ELSE 0 END;
 $$;
-COMMENT ON FUNCTION api.profile_inbox_lane(jsonb, integer) IS
+COMMENT ON FUNCTION profile_private.inbox_lane(jsonb, integer) IS
     'Internal: the inbox lane of an update message: hashtext(_id) modulo the lane count, 0 when _id is not a string.';
 
 -- api.profile_enqueue: accepts profile update messages (one object or an array) into the inbox of
@@ -82,7 +82,7 @@ CREATE FUNCTION api.profile_enqueue(
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_prio  smallint := api.profile_priority(p_priority);
+    v_prio  smallint := profile_private.priority(p_priority);
     v_lanes integer[];
 BEGIN
     IF v_prio IS NULL THEN
@@ -98,8 +98,8 @@ BEGIN
     -- profile.inbox, so a concurrent change of updater.lanes (which locks the table) is seen whole.
     WITH ins AS (
         INSERT INTO profile.inbox (priority, lane, message)
-        SELECT v_prio, api.profile_inbox_lane(e.m, n.lanes), e.m
-        FROM (SELECT api.setting('updater.lanes', '64')::integer AS lanes) n,
+        SELECT v_prio, profile_private.inbox_lane(e.m, n.lanes), e.m
+        FROM (SELECT settings_private.setting('updater.lanes', '64')::integer AS lanes) n,
              jsonb_array_elements(CASE WHEN jsonb_typeof(p_updates) = 'object'
                                        THEN jsonb_build_array(p_updates) ELSE p_updates END)
              WITH ORDINALITY AS e(m, ord)
@@ -122,30 +122,30 @@ $$;
 COMMENT ON FUNCTION api.profile_enqueue(jsonb, text) IS
     'Accepts profile update messages (an array, or one object) into profile.inbox for the asynchronous updater, stream high (default) or low; returns accepted, first_id, last_id. Updates of one _id are applied in this order. Notifies silo_inbox (payload: the priority) when a lane it wrote to was empty. Raises SLINV for a body that is neither object nor array, or a priority other than high/low.';
 
--- api.profile_inbox_lane_failed: internal. Records an unexpected error of a lane and sets its
+-- profile_private.inbox_lane_failed: internal. Records an unexpected error of a lane and sets its
 -- back-off: updater.retry_base_ms * 2^attempts, at most updater.retry_max_ms.
 -- Raises: nothing.
-CREATE FUNCTION api.profile_inbox_lane_failed(p_priority smallint, p_lane integer, p_sqlstate text, p_error text)
+CREATE FUNCTION profile_private.inbox_lane_failed(p_priority smallint, p_lane integer, p_sqlstate text, p_error text)
 RETURNS void
 LANGUAGE sql VOLATILE
 AS $$
     UPDATE profile.inbox_lanes l
     SET attempts = l.attempts + 1,
-        retry_at = clock_timestamp() + least(api.setting('updater.retry_base_ms', '100')::numeric * power(2::numeric, least(l.attempts, 30)),
-                                             api.setting('updater.retry_max_ms', '60000')::numeric) * interval '1 millisecond',
+        retry_at = clock_timestamp() + least(settings_private.setting('updater.retry_base_ms', '100')::numeric * power(2::numeric, least(l.attempts, 30)),
+                                             settings_private.setting('updater.retry_max_ms', '60000')::numeric) * interval '1 millisecond',
         last_error = p_error, last_sqlstate = p_sqlstate, last_failed = clock_timestamp()
     WHERE l.priority = p_priority AND l.lane = p_lane;
 $$;
-COMMENT ON FUNCTION api.profile_inbox_lane_failed(smallint, integer, text, text) IS
+COMMENT ON FUNCTION profile_private.inbox_lane_failed(smallint, integer, text, text) IS
     'Internal: records an unexpected error of an inbox lane and blocks it with exponential back-off (updater.retry_base_ms doubled per attempt, at most updater.retry_max_ms).';
 
--- api.profile_inbox_take: internal. The oldest p_share messages of each of lanes p_lanes of
+-- profile_private.inbox_take: internal. The oldest p_share messages of each of lanes p_lanes of
 -- stream p_priority, in id order: their ids, lanes and messages (a JSON array). It reads each lane's
 -- prefix in index order and stops there, whatever the planner's statistics say: the inbox fills
 -- and empties faster than ANALYZE follows, and with stale statistics a bitmap scan would read
 -- every waiting message of the lanes to sort them.
 -- Raises: nothing.
-CREATE FUNCTION api.profile_inbox_take(
+CREATE FUNCTION profile_private.inbox_take(
     p_priority smallint,
     p_lanes integer[],
     p_share integer,
@@ -167,7 +167,7 @@ BEGIN
         LIMIT p_share) s;
 END
 $$;
-COMMENT ON FUNCTION api.profile_inbox_take(smallint, integer[], integer) IS
+COMMENT ON FUNCTION profile_private.inbox_take(smallint, integer[], integer) IS
     'Internal: the oldest p_share messages of each of the given lanes of a stream, in id order (ids, lanes, messages as a JSON array), read in index order.';
 
 -- api.profile_inbox_process: one step of an updater worker: claims up to updater.lanes_per_step
@@ -196,10 +196,10 @@ CREATE FUNCTION api.profile_inbox_process(
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_prio      smallint := api.profile_priority(p_priority);
-    v_max       integer := coalesce(p_max_updates, api.setting('updater.batch_size', '500')::integer);
-    v_max_lanes integer := greatest(api.setting('updater.lanes_per_step', '8')::integer, 1);
-    v_mode      text := api.setting('updater.unexpected_errors', 'retry');
+    v_prio      smallint := profile_private.priority(p_priority);
+    v_max       integer := coalesce(p_max_updates, settings_private.setting('updater.batch_size', '500')::integer);
+    v_max_lanes integer := greatest(settings_private.setting('updater.lanes_per_step', '8')::integer, 1);
+    v_mode      text := settings_private.setting('updater.unexpected_errors', 'retry');
     v_share     integer;
     v_lanes     integer[];
     v_ids       bigint[];
@@ -251,7 +251,7 @@ BEGIN
 
     -- Their oldest messages: a prefix of each lane, in id order (a new snapshot: after the lock).
     SELECT t.ids, t.lanes, t.messages INTO v_ids, v_lane_of, v_msgs
-    FROM api.profile_inbox_take(v_prio, v_lanes, v_share) t;
+    FROM profile_private.inbox_take(v_prio, v_lanes, v_share) t;
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
@@ -266,7 +266,7 @@ BEGIN
         BEGIN
             SELECT array_agg(c.status ORDER BY c.ord), array_agg(coalesce(c.operation, 'invalid') ORDER BY c.ord)
             INTO v_status, v_ops
-            FROM api.profile_apply_core(v_msgs, 0, true) c;
+            FROM profile_private.apply_core(v_msgs, 0, true) c;
             v_done := v_ids;
         EXCEPTION WHEN OTHERS THEN
             -- Lane by lane, message by message: what precedes the failing message applies, the lane
@@ -281,19 +281,19 @@ BEGIN
                 BEGIN
                     SELECT array_agg(c.status ORDER BY c.ord), array_agg(coalesce(c.operation, 'invalid') ORDER BY c.ord)
                     INTO v_r_status, v_r_ops
-                    FROM api.profile_apply_core(v_l_msgs, 0, true) c;
+                    FROM profile_private.apply_core(v_l_msgs, 0, true) c;
                     v_status := v_status || v_r_status; v_ops := v_ops || v_r_ops; v_done := v_done || v_l_ids;
                 EXCEPTION WHEN OTHERS THEN
                     FOR v_i IN 1 .. cardinality(v_l_ids) LOOP
                         BEGIN
                             SELECT array_agg(c.status), array_agg(coalesce(c.operation, 'invalid'))
                             INTO v_r_status, v_r_ops
-                            FROM api.profile_apply_core(jsonb_build_array(v_l_msgs -> (v_i - 1)), 0, true) c;
+                            FROM profile_private.apply_core(jsonb_build_array(v_l_msgs -> (v_i - 1)), 0, true) c;
                             v_status := v_status || v_r_status; v_ops := v_ops || v_r_ops;
                             v_done := v_done || v_l_ids[v_i];
                         EXCEPTION WHEN OTHERS THEN
                             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
-                            PERFORM api.profile_inbox_lane_failed(v_prio, v_lane, v_state,
+                            PERFORM profile_private.inbox_lane_failed(v_prio, v_lane, v_state,
                                 format('inbox message %s: %s', v_l_ids[v_i], v_msg));
                             v_failed := v_failed || v_lane;
                             error := coalesce(error, format('lane %s, inbox message %s: %s (%s)', v_lane, v_l_ids[v_i], v_msg, v_state));
@@ -323,177 +323,3 @@ END
 $$;
 COMMENT ON FUNCTION api.profile_inbox_process(text, integer) IS
     'One step of the asynchronous updater: locks up to updater.lanes_per_step ready lanes of the stream (high/low), applies their oldest messages in id order (at most p_max_updates, default updater.batch_size) and deletes them, in the caller''s transaction. Returns taken, ok, noop, dead_letter, operations (count per operation), lanes, failed_lanes, error, apply_ms, more. Unexpected errors follow updater.unexpected_errors (retry with back-off, or dead_letter). Raises SLINV for a bad priority or limit, or outside READ COMMITTED.';
-
--- api.profile_updater_status: per stream (high, low): backlog (messages in the inbox), the oldest
--- message's acceptance time, lanes blocked after unexpected errors, and the throttle decision for
--- the stream: throttled (low only: updater.throttle_enabled and the high backlog above
--- updater.lag_barrier), wait_ms per message while throttled, check_interval_ms until the next
--- check, long_running_ms (the warning threshold of a step).
-CREATE VIEW api.profile_updater_status AS
-SELECT p.name AS priority,
-       (SELECT count(*) FROM profile.inbox i WHERE i.priority = p.prio) AS backlog,
-       (SELECT min(i.accepted) FROM profile.inbox i WHERE i.priority = p.prio) AS oldest,
-       (SELECT count(*) FROM profile.inbox_lanes l WHERE l.priority = p.prio AND l.attempts > 0) AS blocked_lanes,
-       p.prio = 1 AND api.setting('updater.throttle_enabled', 'true')::boolean
-           AND (SELECT count(*) FROM profile.inbox i WHERE i.priority = 0) > api.setting('updater.lag_barrier', '100')::bigint
-           AS throttled,
-       api.setting('updater.wait_time_ms', '1000')::integer AS wait_ms,
-       api.setting('updater.check_interval_ms', '60000')::integer AS check_interval_ms,
-       api.setting('updater.long_running_ms', '1000')::integer AS long_running_ms
-FROM (SELECT 0::smallint AS prio, 'high'::text AS name UNION ALL SELECT 1::smallint, 'low'::text) AS p
-ORDER BY 1;
-COMMENT ON VIEW api.profile_updater_status IS
-    'Per stream (high, low): backlog (inbox depth, the scaling signal), oldest acceptance time, blocked lanes, whether the low stream is throttled (high backlog above updater.lag_barrier), the wait per message, the check interval and the long-running warning threshold.';
-
--- api.profile_inbox_blocked_lanes: the lanes waiting after an unexpected error (retry mode), with
--- the message they wait at (the oldest of the lane: the one that failed).
-CREATE VIEW api.profile_inbox_blocked_lanes AS
-SELECT CASE l.priority WHEN 0 THEN 'high' ELSE 'low' END AS priority, l.lane, l.attempts, l.retry_at,
-       l.last_failed, l.last_sqlstate, l.last_error,
-       h.id AS message_id, (h.message ->> '_id')::text AS correlation_id, h.message, h.accepted,
-       (SELECT count(*) FROM profile.inbox i WHERE i.priority = l.priority AND i.lane = l.lane) AS waiting
-FROM profile.inbox_lanes l
-LEFT JOIN LATERAL (
-    SELECT i.id, i.message, i.accepted FROM profile.inbox i
-    WHERE i.priority = l.priority AND i.lane = l.lane
-    ORDER BY i.priority, i.lane, i.id
-    LIMIT 1) h ON true
-WHERE l.attempts > 0
-ORDER BY l.priority, l.lane;
-COMMENT ON VIEW api.profile_inbox_blocked_lanes IS
-    'Inbox lanes waiting after an unexpected error: priority, lane, attempts, retry_at, last error (time, SQLSTATE, message), the message the lane waits at (message_id, correlation_id, message, accepted) and how many messages wait in the lane. api.profile_inbox_dead_letter(message_id) moves that message to the dead letter table.';
-
--- api.profile_inbox_dead_letter: moves a waiting inbox message to the dead letter table instead of
--- applying it, for a message that blocks its lane with an error that will not go away. Waits for a
--- step that holds the message's lane, so it never races a worker. The dead letter takes the lane's
--- last error when the message is the one the lane waits at, else p_reason. The lane is ready again
--- at once. Returns the dead letter's id (replay it with api.profile_dead_letter_replay).
--- Raises: SLNFD when no message with this id waits in the inbox (applied already, or never there).
-CREATE FUNCTION api.profile_inbox_dead_letter(p_id bigint, p_reason text DEFAULT NULL)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_prio    smallint;
-    v_lane    integer;
-    v_head    bigint;
-    v_msg     jsonb;
-    v_blocked profile.inbox_lanes;
-BEGIN
-    SELECT i.priority, i.lane INTO v_prio, v_lane FROM profile.inbox i WHERE i.id = p_id;
-    IF FOUND THEN
-        SELECT * INTO v_blocked FROM profile.inbox_lanes l WHERE l.priority = v_prio AND l.lane = v_lane FOR UPDATE;
-        SELECT min(i.id) INTO v_head FROM profile.inbox i WHERE i.priority = v_prio AND i.lane = v_lane;
-        DELETE FROM profile.inbox i WHERE i.id = p_id RETURNING i.message INTO v_msg;
-    END IF;
-    IF v_msg IS NULL THEN
-        RAISE EXCEPTION 'no inbox message %', p_id USING ERRCODE = 'SLNFD',
-            HINT = 'It was applied already, or never accepted: see SELECT * FROM api.profile_inbox_blocked_lanes.';
-    END IF;
-    UPDATE profile.inbox_lanes l SET attempts = 0, retry_at = NULL
-    WHERE l.priority = v_prio AND l.lane = v_lane AND l.attempts > 0 AND v_head = p_id;
-    RETURN api.profile_dead_letter_add(v_msg, 'SPSKP',
-        coalesce(p_reason,
-                 CASE WHEN v_blocked.attempts > 0 AND v_head = p_id
-                      THEN format('moved out of the inbox after %s failed attempts: %s', v_blocked.attempts, v_blocked.last_error) END,
-                 'moved out of the inbox by an operator'),
-        CASE WHEN v_blocked.attempts > 0 AND v_head = p_id
-             THEN format('inbox message %s, %s lane %s, last SQLSTATE %s', p_id,
-                         CASE v_prio WHEN 0 THEN 'high' ELSE 'low' END, v_lane, v_blocked.last_sqlstate)
-             ELSE format('inbox message %s', p_id) END);
-END
-$$;
-COMMENT ON FUNCTION api.profile_inbox_dead_letter(bigint, text) IS
-    'Moves a waiting inbox message to profile.dead_letters (SQLSTATE SPSKP, reason p_reason or the lane''s last error) instead of applying it, and unblocks its lane when it was the message the lane waited at; returns the dead letter id. Waits for a step holding the lane. Raises SLNFD when the message is not in the inbox.';
-
--- api.profile_inbox_relane: internal (called when the updater.lanes setting changes). Moves every
--- waiting message to its lane among p_lanes lanes and makes the lane rows match. It first locks
--- every lane (waiting for the steps in progress) and then profile.inbox against writes (waiting for
--- the enqueues in progress), so no message is applied or accepted meanwhile, and the messages of
--- one _id, all moved to one lane, keep their order. Retry state is reset: a failing message
--- blocks its new lane at its next attempt.
--- Raises: SLINV when p_lanes is not between 1 and 1024.
-CREATE FUNCTION api.profile_inbox_relane(p_lanes integer)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    IF p_lanes IS NULL OR p_lanes NOT BETWEEN 1 AND 1024 THEN
-        RAISE EXCEPTION 'updater.lanes must be between 1 and 1024' USING ERRCODE = 'SLINV',
-            DETAIL = format('got %s', coalesce(p_lanes::text, 'NULL'));
-    END IF;
-    PERFORM 1 FROM profile.inbox_lanes l ORDER BY l.priority, l.lane FOR UPDATE;
-    LOCK TABLE profile.inbox IN EXCLUSIVE MODE;
-    IF (SELECT count(*) FILTER (WHERE l.lane < p_lanes) = 2 * p_lanes AND count(*) = 2 * p_lanes
-        FROM profile.inbox_lanes l) THEN
-        RETURN;
-    END IF;
-    UPDATE profile.inbox i SET lane = api.profile_inbox_lane(i.message, p_lanes)
-    WHERE i.lane <> api.profile_inbox_lane(i.message, p_lanes);
-    DELETE FROM profile.inbox_lanes l WHERE l.lane >= p_lanes;
-    INSERT INTO profile.inbox_lanes (priority, lane)
-    SELECT p, l FROM generate_series(0, 1) AS p, generate_series(0, p_lanes - 1) AS l
-    ON CONFLICT DO NOTHING;
-    UPDATE profile.inbox_lanes l SET attempts = 0, retry_at = NULL WHERE l.attempts > 0;
-END
-$$;
-COMMENT ON FUNCTION api.profile_inbox_relane(integer) IS
-    'Internal: re-lanes the inbox for a new updater.lanes (1 to 1024): waits for steps and enqueues in progress, moves every waiting message to hashtext(_id) modulo p_lanes, adds or removes lane rows, resets retry state. Raises SLINV for a lane count out of range.';
-
--- api.profile_updater_setting_error: internal. Why value p_value is not valid for updater setting
--- p_key; NULL when it is (or the key is not one of the updater's).
--- Raises: nothing.
-CREATE FUNCTION api.profile_updater_setting_error(p_key text, p_value text)
-RETURNS text
-LANGUAGE sql IMMUTABLE
-AS $$
-    SELECT CASE
-        WHEN p_key = 'updater.lanes' AND NOT (p_value ~ '^\s*\d{1,4}\s*$' AND p_value::integer BETWEEN 1 AND 1024)
-            THEN 'an integer from 1 to 1024'
-        WHEN p_key IN ('updater.batch_size', 'updater.lanes_per_step', 'updater.retry_base_ms')
-             AND NOT (p_value ~ '^\s*\d{1,9}\s*$' AND p_value::integer >= 1)
-            THEN 'a positive integer'
-        WHEN p_key IN ('updater.retry_max_ms', 'updater.lag_barrier', 'updater.check_interval_ms',
-                       'updater.wait_time_ms', 'updater.long_running_ms')
-             AND p_value !~ '^\s*\d{1,9}\s*$'
-            THEN 'an integer of at least 0'
-        WHEN p_key = 'updater.throttle_enabled' AND p_value IS DISTINCT FROM 'true' AND p_value IS DISTINCT FROM 'false'
-            THEN 'true or false'
-        WHEN p_key = 'updater.unexpected_errors' AND p_value IS DISTINCT FROM 'retry' AND p_value IS DISTINCT FROM 'dead_letter'
-            THEN 'retry or dead_letter'
-    END;
-$$;
-COMMENT ON FUNCTION api.profile_updater_setting_error(text, text) IS
-    'Internal: what an updater.* setting must be when p_value is not valid for p_key; NULL when it is valid.';
-
--- api.tg_settings__updater: internal. BEFORE INSERT, UPDATE or DELETE trigger of silo.settings:
--- refuses an invalid value of an updater.* setting and re-lanes the inbox when updater.lanes
--- changes (a deleted updater.lanes means the default, 64).
--- Raises: SLINV for an invalid updater.* value.
-CREATE FUNCTION api.tg_settings__updater()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_error text;
-BEGIN
-    IF TG_OP <> 'DELETE' AND NEW.key LIKE 'updater.%' THEN
-        v_error := api.profile_updater_setting_error(NEW.key, NEW.value);
-        IF v_error IS NOT NULL THEN
-            RAISE EXCEPTION 'setting % must be %', NEW.key, v_error USING ERRCODE = 'SLINV',
-                DETAIL = format('got %s', coalesce(NEW.value, 'NULL'));
-        END IF;
-    END IF;
-    IF TG_OP <> 'DELETE' AND NEW.key = 'updater.lanes' THEN
-        PERFORM api.profile_inbox_relane(NEW.value::integer);
-    ELSIF TG_OP <> 'INSERT' AND OLD.key = 'updater.lanes' THEN
-        PERFORM api.profile_inbox_relane(64);
-    END IF;
-    RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
-END
-$$;
-COMMENT ON FUNCTION api.tg_settings__updater() IS
-    'Internal: BEFORE trigger of silo.settings; checks updater.* values (SLINV when invalid) and re-lanes the inbox when updater.lanes changes.';
-
-CREATE TRIGGER settings_updater BEFORE INSERT OR UPDATE OR DELETE ON silo.settings
-    FOR EACH ROW EXECUTE FUNCTION api.tg_settings__updater();

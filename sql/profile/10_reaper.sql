@@ -21,7 +21,7 @@
 --   locked FOR UPDATE SKIP LOCKED: a grain a writer (or another reaper run) holds is left for the
 --   next batch, nothing waits and nothing is done twice.
 -- * Every deletion and notification becomes a row of profile.reaper_events and a change on channel
---   'reaper' (silo.change_pending, kind ttl or ttn, readers the grain's reader), in the batch's
+--   'reaper' (change_private.outbox, kind ttl or ttn, readers the grain's reader), in the batch's
 --   transaction. The events carry coordinates and metadata, never the value. Event ids are drawn
 --   under a transaction-scoped advisory lock, so their order is commit order and a consumer that
 --   reads "after id N" misses nothing.
@@ -29,7 +29,7 @@
 --   long events are kept). The schedule is the worker's (SILO_REAPER_INTERVAL).
 
 -- A grain the reaper deleted or notified: coordinates and metadata, without the value.
-CREATE TYPE api.profile_reaped_grain AS (
+CREATE TYPE profile_private.reaped_grain AS (
     correlation_id  varchar,
     profile_type    varchar,
     path            varchar,
@@ -43,7 +43,7 @@ CREATE TYPE api.profile_reaped_grain AS (
     certainty       real,
     due             timestamptz
 );
-COMMENT ON TYPE api.profile_reaped_grain IS
+COMMENT ON TYPE profile_private.reaped_grain IS
     'Internal: a grain deleted or notified by api.profile_reap, without its value; due is expires_at (ttl) or notify_at (ttn).';
 
 -- api.profile_reap: one reaper batch, in the caller's transaction. Notifies up to p_batch_size
@@ -55,7 +55,7 @@ COMMENT ON TYPE api.profile_reaped_grain IS
 -- Returns the counts and more: true when a batch was full, so another call may find more due (the
 -- last call of a run may find nothing).
 -- Raises: SLINV when the batch size (argument or setting) is not a positive integer.
--- Notifies: silo.change_pending rows (channel reaper); the TTL deletions also reach the profile's
+-- Notifies: changes on channel reaper (change_private.outbox); the TTL deletions also reach the profile's
 -- channel through the triggers of profile.profilestore.
 CREATE FUNCTION api.profile_reap(p_batch_size integer DEFAULT NULL,
                                  OUT ttl_deleted bigint, OUT ttn_notified bigint, OUT more boolean)
@@ -64,12 +64,12 @@ AS $$
 DECLARE
     v_batch   integer := p_batch_size;
     v_setting text;
-    v_ttn     api.profile_reaped_grain[];
-    v_ttl     api.profile_reaped_grain[];
+    v_ttn     profile_private.reaped_grain[];
+    v_ttl     profile_private.reaped_grain[];
     v_triggers text;
 BEGIN
     IF v_batch IS NULL THEN
-        v_setting := btrim(api.setting('reaper.batch_size', '1000'));
+        v_setting := btrim(settings_private.setting('reaper.batch_size', '1000'));
         IF v_setting !~ '^\d{1,9}$' THEN
             RAISE EXCEPTION 'setting reaper.batch_size is not a positive integer: %', v_setting
                 USING ERRCODE = 'SLINV', HINT = 'UPDATE silo.settings SET value = ''1000'' WHERE key = ''reaper.batch_size''';
@@ -102,7 +102,7 @@ BEGIN
         RETURNING d.*
     )
     SELECT array_agg(ROW(d.correlation_id, d.profile_type, d.path, d.pit, d.grain_type, d.inserted, d.ttl,
-                         d.ttn, d.reader, d.origin, d.certainty, d.notify_at)::api.profile_reaped_grain
+                         d.ttn, d.reader, d.origin, d.certainty, d.notify_at)::profile_private.reaped_grain
                      ORDER BY d.notify_at, d.correlation_id, d.profile_type, d.path, d.pit)
     INTO v_ttn
     FROM done d;
@@ -128,7 +128,7 @@ BEGIN
                   p.reader, p.origin, p.certainty, p.expires_at
     )
     SELECT array_agg(ROW(d.correlation_id, d.profile_type, d.path, d.pit, d.grain_type, d.inserted, d.ttl,
-                         d.ttn, d.reader, d.origin, d.certainty, d.expires_at)::api.profile_reaped_grain
+                         d.ttn, d.reader, d.origin, d.certainty, d.expires_at)::profile_private.reaped_grain
                      ORDER BY d.expires_at, d.correlation_id, d.profile_type, d.path, d.pit)
     INTO v_ttl
     FROM done d;
@@ -155,8 +155,8 @@ BEGIN
         ORDER BY g.ord, g.ordinality
         RETURNING *
     )
-    INSERT INTO silo.change_pending (channel, kind, payload, readers)
-    SELECT 'reaper', ev.kind, api.profile_reaper_event_payload(ev), ARRAY[ev.reader::text]
+    INSERT INTO change_private.outbox (channel, kind, payload, readers)
+    SELECT 'reaper', ev.kind, profile_private.reaper_event_payload(ev), ARRAY[ev.reader::text]
     FROM ev
     ORDER BY ev.id;
 END;
@@ -164,12 +164,12 @@ $$;
 COMMENT ON FUNCTION api.profile_reap(integer) IS
     'One reaper batch: notifies up to p_batch_size grains past inserted + ttn (once per TTN value) and deletes up to p_batch_size grains past inserted + ttl (a due notification first), skipping locked grains; records profile.reaper_events and changes on channel reaper. NULL batch size: silo.settings reaper.batch_size. more: a batch was full, call again. Raises SLINV for a batch size below 1.';
 
--- api.profile_reaper_event_payload: internal. The change payload of a reaper event: the event id and
+-- profile_private.reaper_event_payload: internal. The change payload of a reaper event: the event id and
 -- the grain's coordinates and metadata under the names of Granary's reaper messages (correlationId,
 -- profileType, path, pit, grain_type, inserted, ttl, ttn, reader, origin), with certainty and due
 -- (ISO 8601, UTC). Never the value.
 -- Raises: nothing.
-CREATE FUNCTION api.profile_reaper_event_payload(p_event profile.reaper_events)
+CREATE FUNCTION profile_private.reaper_event_payload(p_event profile.reaper_events)
 RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
@@ -188,7 +188,7 @@ AS $$
         'certainty', p_event.certainty,
         'due', to_char(p_event.due AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'));
 $$;
-COMMENT ON FUNCTION api.profile_reaper_event_payload(profile.reaper_events) IS
+COMMENT ON FUNCTION profile_private.reaper_event_payload(profile.reaper_events) IS
     'Internal: the change payload of a reaper event: id, correlationId, profileType, path, pit, grain_type, inserted, ttl, ttn, reader, origin, certainty, due (ISO 8601 UTC). Never the grain value.';
 
 -- api.profile_reap_all: a whole reaper run from psql (CALL api.profile_reap_all();): batches of
@@ -260,7 +260,7 @@ DECLARE
     v_n         bigint;
 BEGIN
     IF v_retention IS NULL THEN
-        v_retention := api.setting_interval('reaper.event_retention', '7 days');
+        v_retention := settings_private.setting_interval('reaper.event_retention', '7 days');
     ELSIF v_retention < interval '0' THEN
         RAISE EXCEPTION 'reaper event retention must not be negative, got %', v_retention USING ERRCODE = 'SLINV';
     END IF;

@@ -29,9 +29,9 @@
 -- level by level. Most of the cost is the text of the pits themselves (about 2 microseconds each).
 -- Certainties are written as the real they are stored as (0.4, not 0.4000000059604645).
 
--- api.profile_pit_json: internal. One pit as a JSON object member, "<pit>":{"_v":...}, in text.
+-- profile_private.pit_json: internal. One pit as a JSON object member, "<pit>":{"_v":...}, in text.
 -- Keys and strings are escaped by to_json; a NULL origin is null.
-CREATE FUNCTION api.profile_pit_json(
+CREATE FUNCTION profile_private.pit_json(
     p_pit text, p_value jsonb, p_certainty real, p_inserted bigint,
     p_ttl text, p_ttn text, p_origin text, p_reader text)
 RETURNS text
@@ -45,19 +45,19 @@ AS $$
         || ',"_origin":' || coalesce(to_json(p_origin)::text, 'null')
         || ',"_reader":' || to_json(p_reader)::text || '}';
 $$;
-COMMENT ON FUNCTION api.profile_pit_json(text, jsonb, real, bigint, text, text, text, text) IS
+COMMENT ON FUNCTION profile_private.pit_json(text, jsonb, real, bigint, text, text, text, text) IS
     'Internal: one point in time of a grain as JSON text, "<pit>":{"_v","_c","_in","_ttl","_ttn","_origin","_reader"}, for the documents of api.profile_get and api.profile_grain_get.';
 
--- api.profile_path_normalize: internal. A path or fragment as the store writes it: one leading
+-- profile_private.path_normalize: internal. A path or fragment as the store writes it: one leading
 -- slash, no trailing slash ('customer/name/' -> '/customer/name'); '' for the root ('', '/',
 -- NULL).
-CREATE FUNCTION api.profile_path_normalize(p_path text)
+CREATE FUNCTION profile_private.path_normalize(p_path text)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT CASE WHEN btrim(coalesce(p_path, ''), '/') = '' THEN '' ELSE '/' || btrim(p_path, '/') END;
 $$;
-COMMENT ON FUNCTION api.profile_path_normalize(text) IS
+COMMENT ON FUNCTION profile_private.path_normalize(text) IS
     'Internal: a grain path or fragment with one leading slash and no trailing slash, as profile.profilestore.path stores it; the empty string for the root (and NULL).';
 
 -- api.profile_get: a profile as Granary's jsonPayload document {"_id": ..., <fragments and
@@ -105,7 +105,7 @@ BEGIN
     IF p_fragments IS NOT NULL THEN
         SELECT array_agg(n.f), array_agg(replace(replace(replace(n.f, '\', '\\'), '%', '\%'), '_', '\_') || '/%')
         INTO v_equal, v_below
-        FROM (SELECT DISTINCT api.profile_path_normalize(f) AS f FROM unnest(p_fragments) AS u(f) WHERE f IS NOT NULL) AS n
+        FROM (SELECT DISTINCT profile_private.path_normalize(f) AS f FROM unnest(p_fragments) AS u(f) WHERE f IS NOT NULL) AS n
         HAVING bool_and(n.f <> '');
     END IF;
 
@@ -113,7 +113,7 @@ BEGIN
     FOR v_row IN
         SELECT p.path,
                string_to_array(substr(p.path, 2), '/') COLLATE "C" AS segs,
-               api.profile_pit_json(p.pit, p.value, p.certainty, p.inserted, p.ttl, p.ttn, p.origin, p.reader) AS pit
+               profile_private.pit_json(p.pit, p.value, p.certainty, p.inserted, p.ttl, p.ttn, p.origin, p.reader) AS pit
         FROM profile.profilestore AS p
         WHERE p.correlation_id = profile_get.correlation_id
           AND p.profile_type = p_profile_type
@@ -181,7 +181,7 @@ CREATE FUNCTION api.profile_grain_get(
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_path      text := api.profile_path_normalize(p_path);
+    v_path      text := profile_private.path_normalize(p_path);
     v_history   boolean := coalesce(p_with_history, true);
     v_page_size integer := coalesce(p_page_size, 250);
     v_offset    integer := coalesce(p_offset, 0);
@@ -241,7 +241,7 @@ BEGIN
     SELECT string_agg(g.pit, ',' ORDER BY g.is_latest DESC, g.pit_name COLLATE "C" DESC)
     INTO v_pits
     FROM (SELECT p.pit = '_latest' AS is_latest, p.pit AS pit_name,
-                 api.profile_pit_json(p.pit, p.value, p.certainty, p.inserted, p.ttl, p.ttn, p.origin, p.reader) AS pit
+                 profile_private.pit_json(p.pit, p.value, p.certainty, p.inserted, p.ttl, p.ttn, p.origin, p.reader) AS pit
           FROM profile.profilestore AS p
           WHERE p.correlation_id = profile_grain_get.correlation_id
             AND p.profile_type = p_profile_type

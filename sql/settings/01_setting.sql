@@ -1,26 +1,30 @@
 -- Settings: rows of silo.settings (key, value, description) that a DBA reads and changes with plain
--- SQL. Each domain adds its keys in its migration and reads them through api.setting at run time.
+-- SQL. Each domain adds its keys in its migration and reads them at run time through
+-- settings_private.setting and settings_private.setting_interval.
 
--- api.setting: the value of setting p_key, or p_default when the row is missing.
+CREATE SCHEMA settings_private;
+COMMENT ON SCHEMA settings_private IS 'Internals of settings (sql/settings/): not a public contract. Rebuilt with schema api.';
+
+-- settings_private.setting: the value of setting p_key, or p_default when the row is missing.
 -- Raises: nothing.
-CREATE FUNCTION api.setting(p_key text, p_default text)
+CREATE FUNCTION settings_private.setting(p_key text, p_default text)
 RETURNS text
 LANGUAGE sql STABLE
 AS $$
     SELECT coalesce((SELECT s.value FROM silo.settings s WHERE s.key = p_key), p_default);
 $$;
-COMMENT ON FUNCTION api.setting(text, text) IS
+COMMENT ON FUNCTION settings_private.setting(text, text) IS
     'The value of silo.settings key p_key, or p_default when there is no such row.';
 
--- api.setting_interval: setting p_key as an interval (p_default when the row is missing); for
+-- settings_private.setting_interval: setting p_key as an interval (p_default when the row is missing); for
 -- retention settings, which may not be negative.
 -- Raises: SLINV when the value is not an interval or is negative.
-CREATE FUNCTION api.setting_interval(p_key text, p_default text)
+CREATE FUNCTION settings_private.setting_interval(p_key text, p_default text)
 RETURNS interval
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_value text := api.setting(p_key, p_default);
+    v_value text := settings_private.setting(p_key, p_default);
     v_interval interval;
 BEGIN
     BEGIN
@@ -35,5 +39,5 @@ BEGIN
     RETURN v_interval;
 END
 $$;
-COMMENT ON FUNCTION api.setting_interval(text, text) IS
+COMMENT ON FUNCTION settings_private.setting_interval(text, text) IS
     'The value of silo.settings key p_key (p_default when missing) as a non-negative interval. Raises SLINV when it is not an interval or is negative.';
