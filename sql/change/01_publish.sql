@@ -56,15 +56,15 @@
 
 -- Profile changes are recorded cheaply, as compact pending rows: channel profile:*, column grains
 -- the grain rows touched as a text array of four aligned rows: correlation ids, profile types,
--- readers, paths (change_private.grains). api.change_sequence expands them
+-- readers, paths (change_private.publish_grains). api.change_sequence expands them
 -- (change_private.expand) into one change per profile and reader, as described above, off the write
 -- path: the grouping and the payloads cost the writer nothing. api.changes_pending() shows what is
 -- pending as the changes it will become.
 --
 -- Who records them:
--- * profile_private.apply_round, the write path of every profile update, records the grains its
---   statements wrote from their RETURNING rows, one compact row per statement and kind, and runs
---   with silo.change_triggers = off. That costs a fraction of what transition tables and trigger
+-- * The write path of every profile update (profile_private.apply_direct and apply_general) records
+--   the grains its statements wrote from their RETURNING rows, one compact row per statement and
+--   kind, and runs with silo.change_triggers = off. That costs a fraction of what transition tables and trigger
 --   calls cost.
 -- * Every other write (the reaper's TTL deletes, a DBA's INSERT, UPDATE or DELETE in psql) is
 --   recorded by the statement triggers below.

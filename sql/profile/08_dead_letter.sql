@@ -26,13 +26,13 @@ COMMENT ON FUNCTION profile_private.dead_letter_add(jsonb, text, text, text) IS
 -- resolved ones, false the unresolved ones.
 -- Raises: nothing.
 CREATE FUNCTION api.profile_dead_letter_list(
-    p_correlation_id text,
-    p_profile_type text,
-    p_operation text,
-    p_sqlstate text,
-    p_resolved boolean,
-    p_after_id bigint,
-    p_limit integer)
+    p_correlation_id text DEFAULT NULL,
+    p_profile_type text DEFAULT NULL,
+    p_operation text DEFAULT NULL,
+    p_sqlstate text DEFAULT NULL,
+    p_resolved boolean DEFAULT NULL,
+    p_after_id bigint DEFAULT 0,
+    p_limit integer DEFAULT 100)
 RETURNS SETOF profile.dead_letters
 LANGUAGE sql STABLE
 AS $$
