@@ -1,33 +1,49 @@
--- Profile store, write path: profile update messages applied to profile.profilestore, rejected
--- messages kept in profile.dead_letters, and profile links.
+-- Profile store, types: schema profile_private, the two row types that carry a batch of profile
+-- updates from stage to stage, and the table of the 21 operations (class, direct or not, archiving
+-- or not, the grain type each writes). The table lives in one place so that validation
+-- (sql/profile/04_validate.sql) and both apply statements (sql/profile/05_direct.sql,
+-- sql/profile/06_general.sql) classify an operation the same way. The write path is split by
+-- stage, one file each: parsers of the fields (02_parse.sql), profile links (03_link.sql),
+-- validation (04_validate.sql), the direct and the general statement (05_direct.sql,
+-- 06_general.sql), the entry points (07_batch.sql) and the dead letters (08_dead_letter.sql).
+-- Each stage is set-based, one statement over a whole batch (or round), so stages pass arrays of
+-- these types, not single rows.
+--
+-- The write path: profile update messages applied to profile.profilestore, rejected messages kept
+-- in profile.dead_letters, and profile links.
 --
 -- An update message (one JSON object):
 --   {"_operation": "_set", "_id": "007", "_profile_type": "_d", "_path": ["a2", "b1"],
 --    "_value": {"_v": "22", "_c": 0.4, "_in": "2018-09-24", "_ttl": "P3M", "_ttn": "P100Y",
 --               "_origin": "/belts/123", "_reader": "_auth"}, "_schema": null}
 --
--- Public functions: api.profile_apply, api.profile_apply_batch, api.profile_dead_letter_list,
--- api.profile_dead_letter_replay, api.profile_link_resolve. Everything else here is internal.
+-- Public functions: api.profile_apply and api.profile_apply_batch (sql/profile/07_batch.sql),
+-- api.profile_dead_letter_list, api.profile_dead_letter_replay and api.profile_dead_letter_trim
+-- (sql/profile/08_dead_letter.sql), api.profile_link_resolve (sql/profile/03_link.sql). Everything
+-- else of the write path lives in schema profile_private.
 --
 -- Rules where the specification leaves room (see also each function's comment):
 -- * Validation, in this order, the first failure wins: the message is an object; _operation (a
 --   string, default _set, one of the 21 operations); _id (a non-empty string); _profile_type (a
 --   non-empty string, default _d; profile_link is reserved for profile links: only _profile_link,
---   _delete, _delete_with_history, _set_ttl and _set_ttn may address it); _path (an array of at
---   least one non-empty string without "/", no segment _latest or shaped like a point in time, the
---   first segment not _id; ignored by _profile_link); the key (_id, _profile_type, path) at most
---   2000 bytes; _value (an object); _v (not null, the shape its operation needs); _c (a number or
---   numeric string in [0, 1], default 1); _in (epoch milliseconds as a number or numeric string, a
---   whole number, or an ISO 8601 date or date-time: a date alone is midnight UTC, a date-time
---   without offset is UTC, fractions below the millisecond are cut; at most 9999-12-31; default
---   now()); _ttl and _ttn (strict ISO 8601 durations such as P3M, P1W, PT1.5S or P1Y2M3DT4H5M6S, at
---   most about 31,000 years, default P100Y); _origin (a string or null); _reader (a non-empty
---   string, default _auth). Unknown keys, and _schema, are ignored.
+--   _delete, _delete_with_history, _set_ttl and _set_ttn may address it; ignored by _profile_link,
+--   which always addresses profile_link); _path (an array of at least one non-empty string without
+--   "/", no segment _latest or shaped like a point in time, the first segment not _id; ignored by
+--   _profile_link, which writes path /new); the key (_id, _profile_type, path) at most 2000 bytes;
+--   _value (an object); _v (not null, the shape its operation needs); _c (a number or numeric
+--   string in [0, 1], default 1); _in (epoch milliseconds as a number or numeric string, a whole
+--   number, or an ISO 8601 date or date-time: a date alone is midnight UTC, a date-time without
+--   offset is UTC, fractions below the millisecond are cut; at most 9999-12-31; default now());
+--   _ttl and _ttn (strict ISO 8601 durations such as P3M, P1W, PT1.5S or P1Y2M3DT4H5M6S, at most
+--   about 31,000 years, default P100Y); _origin (a string or null); _reader (a non-empty string,
+--   default _auth). Unknown keys, and _schema, are ignored. The SQLSTATEs, reasons and contexts
+--   of these rules are profile_private.validate_full's.
 -- * Every write keeps expires_at = inserted + ttl and notify_at = inserted + ttn (computed in UTC),
 --   NULL when the duration is the default P100Y.
--- * Profile links: a _profile_link that would create a cycle (a self link too) is rejected. Every
---   other update for a linked _id is applied to the final target of its links, except _delete,
---   _delete_with_history, _profile_link and updates addressing profile type profile_link.
+-- * Profile links: a _profile_link that would create a cycle (a self link too) is rejected
+--   (SPLNK). Every other update for a linked _id is applied to the final target of its links,
+--   except _delete, _delete_with_history, _profile_link and updates addressing profile type
+--   profile_link.
 -- * The grain type is fixed when a grain is created (_inc: c; array operations: a; _set*: a for an
 --   array, else t; _set_max/_set_min: t); the existing type is that of any of the grain's pits, so
 --   a grain whose _latest was deleted keeps the type of its history. A write of another type is
@@ -47,16 +63,19 @@
 -- * Concurrency: values that are read and rewritten are locked (FOR UPDATE) first, except
 --   counters (_inc) and arrays (_array_append, _array_put), which are read and rewritten by the
 --   UPDATE that locks them and works on their newest version. So concurrent writers of an
---   existing grain do not lose updates. Two transactions
---   that create the same grain at the same moment do not wait for each other (there is no row to
---   lock yet): the later one overwrites the new _latest as if it had been first (a counter adds
---   up even then). The asynchronous updater (api.profile_enqueue) applies the updates of one
---   correlation id one after another, in order.
+--   existing grain do not lose updates. Two transactions that create the same grain at the same
+--   moment do not wait for each other (there is no row to lock yet): the later one overwrites the
+--   new _latest as if it had been first (a counter adds up even then). The asynchronous updater
+--   (api.profile_enqueue and api.profile_inbox_process, sql/profile/11_updater.sql) applies the
+--   updates of one correlation id one after another, in the order they were accepted within their
+--   stream.
 
 CREATE SCHEMA profile_private;
-COMMENT ON SCHEMA profile_private IS 'Internals of the profile store (sql/profile/): helpers, the validation and apply stages, trigger functions. Not a public contract: call the api.profile_* functions. Rebuilt with schema api.';
+COMMENT ON SCHEMA profile_private IS 'Internals of the profile store (sql/profile/): parsers, the validation and apply stages, the updater''s helpers, trigger functions. Not a public contract: call the api.profile_* functions. Rebuilt with schema api by silo migrate.';
 
--- One validated update message, as the batch carries it from validation to application.
+-- A type, not a temporary table: each stage is one statement over unnest() of an array of these,
+-- so a batch costs no catalog work. seg, target and round are rewritten by
+-- profile_private.apply_core when some update changes profile links or a grain comes twice.
 CREATE TYPE profile_private.validated_update AS (
     ord             integer,     -- position in the batch, from 1
     operation       text,        -- _operation (default _set); NULL when not a string
@@ -81,9 +100,8 @@ CREATE TYPE profile_private.validated_update AS (
     reason          text,
     context         text
 );
-COMMENT ON TYPE profile_private.validated_update IS 'Internal: one profile update message after validation, as profile_private.apply_core passes it to profile_private.apply_round.';
+COMMENT ON TYPE profile_private.validated_update IS 'One profile update message after validation (profile_private.validate_plain, profile_private.validate_full): ord (position in the batch, from 1); the message''s fields normalised, defaults filled in (operation, correlation_id, profile_type, path as /a/b, v, certainty, inserted in epoch ms, ttl, ttn, origin, reader); grain_type written (t, a, c); inc ({initial, step, steps} of an _inc); seg (the segment: 1 right after validation when the update changes profile links, else 0; after segmentation odd for such an update, even for the others); target (the correlation id written, after profile links); round (the n-th update of its grain within its segment); sqlstate, reason, context of the first rule it breaks, NULL when valid. profile_private.apply_core passes arrays of it to profile_private.apply_round.';
 
--- One result row of a batch.
 CREATE TYPE profile_private.apply_result AS (
     ord             integer,
     status          text,
@@ -94,14 +112,9 @@ CREATE TYPE profile_private.apply_result AS (
     context         text,
     dead_letter_id  bigint
 );
-COMMENT ON TYPE profile_private.apply_result IS 'Internal: the result of one update of a batch, before api.profile_apply_batch returns it.';
+COMMENT ON TYPE profile_private.apply_result IS 'The result of one update of a batch, as the apply stages make it: ord (from 1), status (ok, noop, dead_letter), operation, correlation_id (written, after profile links; the _id as given for an update that failed validation), sqlstate, reason, context (where it was rejected, kept in the dead letter), dead_letter_id (NULL until profile_private.apply_core records the dead letter). api.profile_apply_batch returns it without context.';
 
--- profile_private.op_class: internal. The class of an operation, which decides how its _v is checked
--- and what it writes: set (_set, _set_if_not_exist, _set_with_history, _set_with_history_distinct),
--- max (_set_max, _set_min and their history forms), del (_delete), delh (_delete_with_history),
--- inc, arr (_array_append, _array_put and their history forms), rem (_array_remove and its history
--- form), ttl (_set_ttl, _set_ttn), link (_profile_link); NULL for anything else.
--- Raises: nothing.
+-- A CASE rather than a lookup table: it is inlined into the validation queries and costs no join.
 CREATE FUNCTION profile_private.op_class(p_operation text)
 RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -122,13 +135,11 @@ AS $$
     END;
 $$;
 COMMENT ON FUNCTION profile_private.op_class(text) IS
-    'Internal: the class of a profile update operation (set, max, del, delh, inc, arr, rem, ttl, link), NULL for an unknown one.';
+    'The class of profile update operation p_operation, which decides how its _v is checked and what it writes: set (_set, _set_if_not_exist, _set_with_history, _set_with_history_distinct), max (_set_max, _set_min, _set_max_with_history, _set_min_with_history), del (_delete), delh (_delete_with_history), inc (_inc), arr (_array_append, _array_append_with_history, _array_put, _array_put_with_history, _array_put_with_history_distinct), rem (_array_remove, _array_remove_with_history), ttl (_set_ttl, _set_ttn), link (_profile_link); NULL for anything else. Raises nothing.';
 
--- profile_private.op_direct: internal. Whether an operation's new _latest value follows from the update
--- and the current _latest alone, so that profile_private.apply_round writes it with one UPDATE (or
--- upsert): _set, _inc, _array_append, _array_put, and _set_with_history,
--- _array_append_with_history and _array_put_with_history, whose old value is archived first.
--- Raises: nothing.
+-- These are the operations whose new _latest value follows from the update and the current _latest
+-- alone, so no decision has to read the old value first: the bulk of real traffic, which
+-- profile_private.apply_direct writes with one UPDATE (or upsert).
 CREATE FUNCTION profile_private.op_direct(p_operation text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
@@ -137,12 +148,10 @@ AS $$
                            '_array_append_with_history', '_array_put_with_history');
 $$;
 COMMENT ON FUNCTION profile_private.op_direct(text) IS
-    'Internal: whether a profile update operation is written by profile_private.apply_round''s single UPDATE (or upsert): _set, _inc, _array_append, _array_put and _set_with_history, _array_append_with_history, _array_put_with_history.';
+    'Whether profile update operation p_operation is direct, written by profile_private.apply_direct''s single UPDATE (or upsert) rather than profile_private.apply_general: _set, _inc, _array_append, _array_put, and _set_with_history, _array_append_with_history, _array_put_with_history (whose old value is archived first). Raises nothing.';
 
--- profile_private.op_archives: internal. Whether a direct operation (profile_private.op_direct) archives
--- the old _latest value to history: _set_with_history, _array_append_with_history and
--- _array_put_with_history.
--- Raises: nothing.
+-- Callers ask it of a whole round, so profile_private.apply_direct takes the history locks only
+-- when some update archives.
 CREATE FUNCTION profile_private.op_archives(p_operation text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
@@ -150,12 +159,9 @@ AS $$
     SELECT p_operation IN ('_set_with_history', '_array_append_with_history', '_array_put_with_history');
 $$;
 COMMENT ON FUNCTION profile_private.op_archives(text) IS
-    'Internal: whether a direct profile update operation archives the old _latest value (_set_with_history, _array_append_with_history, _array_put_with_history).';
+    'Whether direct profile update operation p_operation (profile_private.op_direct) archives the old _latest value to history before writing: _set_with_history, _array_append_with_history, _array_put_with_history. Raises nothing.';
 
--- profile_private.grain_type: internal. The grain type an update of operation class p_class writes
--- with a _v of JSON type p_v_type: c for _inc, a for array operations and for a _set* of an array,
--- t otherwise.
--- Raises: nothing.
+-- Takes the class and the JSON type rather than the message: validation has both at hand already.
 CREATE FUNCTION profile_private.grain_type(p_class text, p_v_type text)
 RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -165,4 +171,4 @@ AS $$
                         ELSE 't' END;
 $$;
 COMMENT ON FUNCTION profile_private.grain_type(text, text) IS
-    'Internal: the grain type (t, a, c) an update of operation class p_class writes with a _v of JSON type p_v_type.';
+    'The grain type an update writes, from its operation class p_class (profile_private.op_class) and the JSON type p_v_type of its _v (jsonb_typeof): c for inc, a for arr and rem and for a set of an array, t otherwise (also for classes that write no value). Raises nothing.';

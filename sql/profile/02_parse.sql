@@ -1,6 +1,12 @@
--- profile_private.pit: internal. The history point in time of a value inserted at p_ms (epoch ms):
--- _YYYYMMDDTHHMISS.mmmZ in UTC.
--- Raises: nothing.
+-- Profile store, parsers: small pure functions that turn the fields of an update message into what
+-- is stored (points in time, expiry times, certainties, counters, paths), and the checks that the
+-- short and the full validation query share (sql/profile/04_validate.sql), so that both make the
+-- same rows for the same update. Most are one-statement `language sql` functions, which the planner
+-- inlines into the set-based statements that call them once per update; the three in PL/pgSQL
+-- (profile_private.duration_error, profile_private.in_parse, profile_private.path_check) run only
+-- for fields that the inline short tests of validation do not settle.
+
+-- STABLE, not IMMUTABLE: to_char is only stable.
 CREATE FUNCTION profile_private.pit(p_ms bigint)
 RETURNS text
 LANGUAGE sql STABLE
@@ -8,12 +14,11 @@ AS $$
     SELECT '_' || to_char(timestamp '1970-01-01' + p_ms * interval '1 millisecond', 'YYYYMMDD"T"HH24MISS.MS"Z"');
 $$;
 COMMENT ON FUNCTION profile_private.pit(bigint) IS
-    'Internal: the history point in time (_YYYYMMDDTHHMISS.mmmZ, UTC) of a value inserted at epoch milliseconds p_ms.';
+    'The history point in time of a value inserted at p_ms (epoch milliseconds): _YYYYMMDDTHHMISS.mmmZ in UTC, the pit a *_with_history operation archives the old _latest at. Raises nothing.';
 
--- profile_private.expiry: internal. inserted + duration, computed in UTC so the session time zone
--- does not matter; NULL for the default duration P100Y (never). p_duration must be a duration
--- accepted by profile_private.duration_error.
--- Raises: nothing.
+-- The duration is added to a timestamp without time zone, read as UTC afterwards, so the session
+-- time zone (its daylight saving changes) does not move the result. STABLE: the text-to-interval
+-- cast is only stable.
 CREATE FUNCTION profile_private.expiry(p_inserted bigint, p_duration text)
 RETURNS timestamptz
 LANGUAGE sql STABLE
@@ -23,12 +28,12 @@ AS $$
            END;
 $$;
 COMMENT ON FUNCTION profile_private.expiry(bigint, text) IS
-    'Internal: epoch milliseconds p_inserted plus the ISO 8601 duration p_duration as a timestamptz (computed in UTC); NULL when p_duration is P100Y, which means never.';
+    'p_inserted (epoch milliseconds) plus p_duration (an ISO 8601 duration that profile_private.duration_error accepts) as a timestamptz, computed in UTC: the expires_at (for _ttl) or notify_at (for _ttn) of a pit. NULL when p_duration is P100Y, the default, which means never. Raises nothing for a duration validation accepted.';
 
--- profile_private.duration_error: internal. Checks an ISO 8601 duration strictly (PnYnMnWnDTnHnMnS,
--- each part optional but at least one, decimals with a dot, no sign) and returns why it is not
--- acceptable, or NULL when it is. p_label names the field in the reason.
--- Raises: nothing.
+-- Stricter than PostgreSQL's interval input, which also takes '1 day', signs and other shapes that
+-- are not ISO 8601. The bound is checked on the parts (a year as 365.25 days, a month as 30.4375
+-- days) before any cast, so an accepted duration never overflows an interval or a timestamp later.
+-- A negative number is recognised only to give the better reason.
 CREATE FUNCTION profile_private.duration_error(p_value text, p_label text)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
@@ -64,13 +69,11 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.duration_error(text, text) IS
-    'Internal: NULL when p_value is a strict ISO 8601 duration Silo accepts (P3M, P1W, PT1.5S, P1Y2M3DT4H5M6S; at most about 31,000 years), else the reason, naming the field p_label.';
+    'NULL when p_value is an ISO 8601 duration Silo accepts: PnYnMnWnDTnHnMnS, each part optional but at least one, decimals with a dot, no sign (P3M, P1W, PT1.5S, P1Y2M3DT4H5M6S), at most 64 characters and 10^12 seconds (about 31,000 years); else the reason, which starts with p_label, the field''s name: "is out of range", "contains a negative number" or "must be an ISO 8601 duration like P3M, P1DT12H or PT30S". Validation rejects with SPDUR (a negative _v of _set_ttl/_set_ttn too) or SPVAL (another invalid _v). Raises nothing.';
 
--- profile_private.in_parse: internal. An ISO 8601 date (YYYY-MM-DD, midnight UTC) or date-time
--- (YYYY-MM-DDTHH:MI[:SS[.fff]][Z|+HH[:MM]|-HH[:MM]], UTC when no offset is given) as epoch
--- milliseconds, fractions below the millisecond cut; NULL when p_text is not such a valid date.
--- The result may be negative (before 1970): the caller rejects that.
--- Raises: nothing.
+-- A regular expression and make_timestamp rather than a cast to timestamptz: the cast takes many
+-- shapes that are not ISO 8601, reads a date-time without offset in the session time zone, and
+-- raises on an invalid date where this returns NULL.
 CREATE FUNCTION profile_private.in_parse(p_text text)
 RETURNS numeric
 LANGUAGE plpgsql IMMUTABLE
@@ -122,12 +125,11 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.in_parse(text) IS
-    'Internal: an ISO 8601 date (midnight UTC) or date-time (UTC unless an offset is given) as epoch milliseconds; NULL when p_text is not a valid date.';
+    'An ISO 8601 date YYYY-MM-DD (midnight UTC) or date-time YYYY-MM-DDTHH:MI[:SS[.f]] (up to nine digits of fraction, cut below the millisecond) with an optional offset Z, +HH, +HHMM or +HH:MM (or -; UTC when none is given), p_text, as epoch milliseconds; NULL when p_text is not such a valid date (year 0001 to 9999). The result may be negative (before 1970) or after 9999-12-31 (through an offset): validation rejects those (SPINS). Raises nothing.';
 
--- profile_private.value_beats: internal. Whether p_new wins against p_old for _set_max (p_max) or
--- _set_min: numerically when both look like JSON numbers (exponents of at most three digits),
--- else byte-wise (COLLATE "C"), which orders ISO 8601 dates. Equal values never win.
--- Raises: nothing.
+-- The numeric cast runs only on text shaped like a JSON number with a short exponent and at most
+-- 1000 characters, so it cannot fail and its cost stays bounded. Byte-wise (COLLATE "C") for
+-- the rest: it orders ISO 8601 dates and does not depend on the database's collation.
 CREATE FUNCTION profile_private.value_beats(p_new text, p_old text, p_max boolean)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
@@ -141,11 +143,10 @@ AS $$
     END;
 $$;
 COMMENT ON FUNCTION profile_private.value_beats(text, text, boolean) IS
-    'Internal: whether p_new is higher (p_max) or lower than p_old: numerically when both are JSON-number-shaped, else byte-wise; equal never wins.';
+    'Whether value p_new beats the current value p_old: is higher for _set_max (p_max true), lower for _set_min (p_max false). Numerically when both look like JSON numbers (exponents of at most three digits, at most 1000 characters), else byte-wise; an equal value never beats. Raises nothing.';
 
--- profile_private.certainty: internal. A valid certainty (_c, a number in [0, 1]) as stored: real, with
--- values too small for real stored as 0; NULL outside [0, 1].
--- Raises: nothing.
+-- Certainties below 1e-37 are stored as 0 rather than cast: the cast to real fails for values too
+-- small for it (below about 1e-45), and a valid _c must not fail.
 CREATE FUNCTION profile_private.certainty(p_c numeric)
 RETURNS real
 LANGUAGE sql IMMUTABLE
@@ -154,12 +155,9 @@ AS $$
                 WHEN p_c >= 0 AND p_c < 1e-37 THEN 0::real END;
 $$;
 COMMENT ON FUNCTION profile_private.certainty(numeric) IS
-    'Internal: a certainty in [0, 1] as stored (real; below 1e-37 stored as 0); NULL outside [0, 1].';
+    'A certainty p_c (the number a _c stands for, profile_private.certainty_value) as stored: real, 0 below 1e-37; NULL outside [0, 1] or for NULL. Raises nothing.';
 
--- profile_private.counter: internal. The counter of an _inc, initialvalue|stepsize|steps (three
--- decimal numbers, exponents of at most three digits), as {initial, step, steps}; NULL when p_v is
--- not one.
--- Raises: nothing.
+-- Bounded (400 characters, exponents of at most three digits) so the numeric casts stay small.
 CREATE FUNCTION profile_private.counter(p_v text)
 RETURNS numeric[]
 LANGUAGE sql IMMUTABLE
@@ -174,13 +172,10 @@ AS $$
                            split_part(p_v, '|', 3)::numeric] END;
 $$;
 COMMENT ON FUNCTION profile_private.counter(text) IS
-    'Internal: an _inc counter initialvalue|stepsize|steps as {initial, step, steps}; NULL when the text is not one.';
+    'The counter of an _inc, p_v = initialvalue|stepsize|steps (three decimal numbers, each with an optional sign and an exponent of at most three digits; at most 400 characters), as {initial, step, steps}; NULL when p_v is not one, which validation rejects (SPVAL). Raises nothing.';
 
--- profile_private.counter_json: internal. The value of a counter grain, {"_initial", "_step",
--- "_current"}: p_initial as it is (the JSON number of the counter's first _inc), p_step and
--- p_current without trailing zeros. Built as JSON text, which costs less than building the object
--- (text casts, not ||'s implicit ones, which are only stable: so the function is inlined).
--- Raises: nothing.
+-- Built as JSON text, which costs less than building the object; with explicit text casts, not
+-- ||'s implicit ones, which are only stable, so the function stays immutable and is inlined.
 CREATE FUNCTION profile_private.counter_json(p_initial jsonb, p_step numeric, p_current numeric)
 RETURNS jsonb
 LANGUAGE sql IMMUTABLE
@@ -189,12 +184,10 @@ AS $$
             || ', "_current": ' || trim_scale(p_current)::text || '}')::jsonb;
 $$;
 COMMENT ON FUNCTION profile_private.counter_json(jsonb, numeric, numeric) IS
-    'Internal: a counter grain value {"_initial", "_step", "_current"} from its initial value (JSON), the step used and the current value.';
+    'The value of a counter grain, {"_initial", "_step", "_current"}: p_initial as it is (the JSON number of the counter''s first _inc), p_step (the step of the latest _inc) and p_current (the current value) without trailing zeros. Raises nothing.';
 
--- profile_private.certainty_value: internal. The number a _c stands for: 1 when it is absent (NULL) or
--- JSON null, a JSON number, or a string holding a decimal number (exponent of at most three
--- digits); NULL for anything else. Whether it is in [0, 1] is the caller's check.
--- Raises: nothing.
+-- Parsing only: the range check is the caller's, so that a _c that is no number and one outside
+-- [0, 1] are rejected by the same rule (SPCRT).
 CREATE FUNCTION profile_private.certainty_value(p_c jsonb)
 RETURNS numeric
 LANGUAGE sql IMMUTABLE
@@ -211,14 +204,12 @@ AS $$
            END;
 $$;
 COMMENT ON FUNCTION profile_private.certainty_value(jsonb) IS
-    'Internal: the number a _c stands for (1 when absent or null; a JSON number or a numeric string); NULL when it is none.';
+    'The number a _c stands for, p_c being its JSON value (NULL when absent): 1 when absent or JSON null; a JSON number as it is; a string holding a decimal number (optional sign, exponent of at most three digits, at most 100 characters) as that number; NULL for anything else. Whether it is in [0, 1] is the caller''s check. Raises nothing.';
 
--- profile_private.path_is_plain: internal. Whether a _path, as its JSON text p_text and its segments
--- joined with "/" (p_join, from the text with the enclosing [" "] dropped and every ", " a "/"),
--- is plain: ["s1", "s2", ...] with no backslash (so no escaped character: every quote delimits a
--- string), no "/", no empty segment, and every quote inside part of a ", " between two strings.
--- A plain path is '/' || p_join; others go through profile_private.path_check.
--- Raises: nothing.
+-- Checked on the JSON text, without parsing the array: a few string searches per update. No
+-- backslash means no escaped character, so every quote delimits a string; once every ", " between
+-- two strings is a "/", no quote may be left in p_join. Paths that are not plain go through
+-- profile_private.path_check.
 CREATE FUNCTION profile_private.path_is_plain(p_text text, p_join text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
@@ -228,12 +219,10 @@ AS $$
            AND strpos(p_text, '""') = 0 AND strpos(p_join, '"') = 0;
 $$;
 COMMENT ON FUNCTION profile_private.path_is_plain(text, text) IS
-    'Internal: whether a _path (its JSON text and its segments joined with "/") is made of plain segments, checked without parsing it.';
+    'Whether a _path is plain: ["s1", "s2", ...], strings only, with no escaped character, no "/" and no empty segment. p_text: the _path''s JSON text; p_join: that text with the enclosing [" and "] dropped and every ", " turned into "/". The stored path of a plain _path is ''/'' || p_join; segments _latest, pits and a first segment _id are the caller''s checks. Raises nothing.';
 
--- profile_private.grain_hash: internal. A hash of a grain's key (correlation id written, profile type,
--- path), to find grains a batch writes more than once (equal hashes of distinct grains only cost
--- the work of splitting the batch into rounds).
--- Raises: nothing.
+-- A hash rather than the key, so that count(DISTINCT ...) compares one bigint per update; equal
+-- hashes of distinct grains only cost the work of splitting the batch into rounds.
 CREATE FUNCTION profile_private.grain_hash(p_target text, p_profile_type text, p_path text)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE
@@ -241,12 +230,10 @@ AS $$
     SELECT hashtextextended(p_path, hashtextextended(p_profile_type, hashtextextended(p_target, 0)));
 $$;
 COMMENT ON FUNCTION profile_private.grain_hash(text, text, text) IS
-    'Internal: a hash of a grain key (correlation id, profile type, path), to find grains written twice in a batch.';
+    'A 64-bit hash of a grain key: p_target (the correlation id written, after profile links), p_profile_type and p_path; used to find grains a batch may write more than once. Raises nothing.';
 
--- profile_private.path_check: internal. Validates a _path that is not in the plain form the batch
--- query checks inline: returns {path, NULL} for a valid path (segments joined with "/", a leading
--- "/"), else {NULL, reason}.
--- Raises: nothing.
+-- One test after another, because the first rule broken gives the reason; it runs only for the
+-- paths that profile_private.path_is_plain does not settle.
 CREATE FUNCTION profile_private.path_check(p_path jsonb)
 RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE
@@ -278,4 +265,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.path_check(jsonb) IS
-    'Internal: validates a _path (an array of at least one non-empty string without "/", no segment _latest or shaped like a pit, not starting with _id); returns {path, NULL} or {NULL, reason}.';
+    'Validates _path p_path (its JSON value, NULL when absent) by every rule, in this order: not null; an array of at least one string; no empty segment; no "/" in a segment; no segment _latest or shaped like a point in time (_20210706T155637.111Z); not starting with _id. Returns {path, NULL} for a valid path (a leading "/", segments joined with "/"), else {NULL, reason}; validation rejects with SPPTH and that reason. Raises nothing.';

@@ -1,7 +1,12 @@
--- profile_private.link_chain: internal. The correlation ids reached from p_id by following profile
--- links (rows profile_link, /new, _latest), p_id first; stops before an id already in the chain.
--- PL/pgSQL rather than a recursive query: it runs once per update and keeps its plan cached.
--- Raises: nothing.
+-- Profile store, profile links: a _profile_link stores the id it links to as the _latest value of
+-- (correlation id, profile_link, /new), and every other update for a linked id is applied to the
+-- final target of its links (the rules are in the header of sql/profile/01_types.sql). Links are
+-- followed at write time through those rows; validation resolves an update's target only when its
+-- id has a link row, so the usual unlinked id costs one primary key probe.
+
+-- PL/pgSQL rather than a recursive query: it runs once per update that needs it (a linked id, a
+-- _profile_link) and keeps its plan cached. It returns the whole chain, not only its end, so that
+-- profile_private.apply_general can tell whether a _profile_link would close a cycle (SPLNK).
 CREATE FUNCTION profile_private.link_chain(p_id text)
 RETURNS text[]
 LANGUAGE plpgsql STABLE
@@ -22,12 +27,8 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.link_chain(text) IS
-    'Internal: the chain of correlation ids reached from p_id through profile links, p_id first, stopping before any id already in the chain (cycle protection).';
+    'The correlation ids reached from p_id by following profile links (the _latest values of the rows profile_link, /new), p_id first, stopping before an id already in the chain, so a cycle ends it. Raises nothing.';
 
--- api.profile_link_resolve: the correlation id that updates for p_correlation_id are applied to:
--- the final target of its profile links, followed transitively with cycle protection; the id
--- itself when it is not linked (NULL for NULL).
--- Raises: nothing.
 CREATE FUNCTION api.profile_link_resolve(p_correlation_id text)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -43,4 +44,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_link_resolve(text) IS
-    'The final target of the profile links of p_correlation_id (followed transitively, with cycle protection); the id itself when it is not linked.';
+    'The correlation id that profile updates for p_correlation_id (required, no default) are applied to: the final target of its profile links, followed transitively (a cycle ends the chain before the first id seen twice); p_correlation_id itself when it is not linked; NULL for NULL. Returns text. Reads only: raises no SQLSTATE of its own, notifies nothing.';

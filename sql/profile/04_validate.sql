@@ -1,19 +1,20 @@
 -- Profile store, validation: a JSON array of update messages becomes profile_private.validated_update
 -- rows, each valid one normalised (defaults filled in, durations and _in parsed) with the
 -- correlation id it writes (after profile links), each invalid one with the first rule it breaks
--- (SQLSTATE, reason, context). Two named functions, one set-based query each: most real updates
--- are plain and are checked by a short query (profile_private.validate_plain); every other one goes
--- through every rule (profile_private.validate_full). Both make the same rows for the same update:
--- they share the helpers of 01_types.sql and 02_parse.sql, and a test holds them to the same results.
--- The nested subqueries are fenced with OFFSET 0 so that each field is computed once per update.
+-- (SQLSTATE, reason, context). The rules and their order are listed in the header of
+-- sql/profile/01_types.sql; profile_private.apply_core (sql/profile/07_batch.sql) calls both
+-- functions here and applies what they return.
+--
+-- Two named functions, one set-based query each: most real updates are plain and are checked by a
+-- short query (profile_private.validate_plain); every other one goes through every rule
+-- (profile_private.validate_full). Both make the same rows for the same update: they share the
+-- helpers of sql/profile/01_types.sql and sql/profile/02_parse.sql, and a test holds them to the
+-- same results. The nested subqueries are fenced with OFFSET 0 so that each field is computed once
+-- per update.
 
-    -- Validation, the short way: most updates are plain: a _set*, _set_max/_set_min, _inc, array
-    -- operation or _array_remove with a string _id, a string _profile_type other than profile_link
-    -- (or none), a path of plain segments none of which starts with "_", a _value with no metadata
-    -- but _c (a number, or none), and the _v its operation needs. This query checks and
-    -- normalises those (the helpers it shares with the full query below make the same values) and
-    -- works out where they write, in batch order; the ords of the others (v_rest) go through the
-    -- full query.
+-- The plain shapes are those of most real traffic: a few inline conditions settle them, without
+-- the per-field parsers of the full query (_in, durations, profile_private.path_check). The counts
+-- it returns spare the apply stage a second pass over the usual batch.
 CREATE FUNCTION profile_private.validate_plain(
     p_updates jsonb,
     p_now bigint,
@@ -89,12 +90,11 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.validate_plain(jsonb, bigint) IS
-    'Internal: validates the plain updates of a JSON array of update messages (the usual shapes: see sql/profile/04_validate.sql) with p_now as the default _in (epoch ms). plain_updates: those updates, valid, in batch order, with the correlation id each writes; rest_ords: the ords (from 1) of the others, for profile_private.validate_full; direct_count: how many plain updates are direct (profile_private.op_direct); archives: whether one archives; twice: whether a grain may be written twice.';
+    'Validates the plain updates of p_updates, a JSON array of update messages, with p_now (epoch ms) as their _in. Plain: an operation of class set, max, inc, arr or rem (profile_private.op_class) with the _v it needs (set: a string or an array of strings; max, rem: a string; inc: a counter; arr: an array of strings); _id a non-empty string; _profile_type absent, null or a non-empty string other than profile_link; a plain _path (profile_private.path_is_plain) with no segment starting with "_"; a key of at most 2000 bytes; _value an object without _in, _ttl, _ttn, _origin or _reader; _c absent, null, or a number or numeric string in [0, 1]. Returns plain_updates: those updates, valid and normalised (inserted p_now, ttl and ttn P100Y, reader _auth, seg 0, round 1), in batch order, each with the correlation id it writes (after profile links), NULL when none is plain; rest_ords: the ords (from 1) of the others, for profile_private.validate_full, NULL when every update is plain; direct_count: how many plain updates are direct (profile_private.op_direct); archives: whether a plain update archives (profile_private.op_archives); twice: whether a grain may be written twice among them (equal profile_private.grain_hash). Raises nothing.';
 
-    -- Validation, the full way, of the updates that are not plain: one query checks and normalises
-    -- them, in one pass, and works out where each valid one writes. It treats the batch as one
-    -- segment of one round; when some update changes profile links or some grain may come twice,
-    -- segments and rounds are worked out below.
+-- One CASE whose first matching WHEN is the rule broken, so the order of its WHENs is the order of
+-- the rules. It treats the batch as one segment of one round; when some update changes profile
+-- links or some grain may come twice, profile_private.apply_core works out segments and rounds.
 CREATE FUNCTION profile_private.validate_full(
     p_updates jsonb,
     p_rest integer[],
@@ -326,4 +326,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.validate_full(jsonb, integer[], bigint) IS
-    'Internal: validates the updates at ords p_rest (from 1) of a JSON array of update messages by every rule, with p_now as the default _in (epoch ms). checked_updates: one row each, valid ones with the correlation id each writes (if no update before it changes profile links), invalid ones with the SQLSTATE, reason and context of the first rule they break; all_valid: whether every one is valid; changes_links: whether a valid one changes profile links (seg 1).';
+    'Validates the updates at ords p_rest (from 1) of p_updates, a JSON array of update messages, by every rule in order (listed in sql/profile/01_types.sql), with p_now (epoch ms) as the default _in. Returns checked_updates: one row per update at p_rest; a valid one normalised, with seg 1 when it changes profile links (a _profile_link, or a _delete or _delete_with_history of profile type profile_link) else 0, round 1, and the correlation id it writes if no update before it changes profile links; an invalid one with target and round NULL and the SQLSTATE, reason and context of the first rule it breaks: SPMSG (not an object, _profile_type, a key over 2000 bytes, _value, _origin, _reader), SPOPR (_operation), SPIDX (_id), SPRSV (profile type profile_link addressed by another operation), SPPTH (_path), SPVAL (_v), SPCRT (_c), SPINS (_in), SPDUR (_ttl, _ttn, a negative duration as the _v of _set_ttl/_set_ttn). all_valid: whether every one is valid; changes_links: whether a valid one changes profile links. Raises nothing: a broken rule is a row, not an error.';
