@@ -1,14 +1,22 @@
--- Profile store, the direct statement: _set, _inc, _array_append, _array_put and the history forms
--- of _set and the two array operations, whose new _latest value follows from the update and the
--- current _latest alone. They are the bulk of real traffic, so they get one set-based statement
--- tuned for them: lock and archive the old values that go to history, one UPDATE of the existing
--- grains (cheaper than an upsert's conflict check for the usual existing grain), then an upsert of
--- the rest; the exceptions (grain type clashes) are worked out only when the statement reports some.
+-- Profile store, the direct statement (profile_private.apply_direct): _set, _inc, _array_append,
+-- _array_put and the history forms of _set and of the two array operations
+-- (profile_private.op_direct), whose new _latest value follows from the update and the current
+-- _latest alone. They are the bulk of real traffic, so they get one set-based statement tuned for
+-- them (the figures are in BENCHMARKS.md):
+-- * One UPDATE ... FROM of the existing grains, then an upsert of the rest (new grains) only: an
+--   UPDATE finds its row with one index scan, which costs less than an upsert's conflict check,
+--   and most updates hit an existing grain.
+-- * Parts with nothing to do are skipped: the history lock when no update archives, the upsert
+--   when the UPDATE wrote every row, the grain type exceptions unless the statement reports some;
+--   profile_private.apply_round skips the whole statement when a round holds no direct update.
+-- * Generic plans: the statement is large, and planning it for every small batch cost more than
+--   applying the batch. OFFSET 0 fences keep per-update values (such as whether an update replaces
+--   the metadata) computed once per update, not once per use.
+-- * No lost update under concurrent writers: counters and arrays are built inside the UPDATE on the
+--   row's newest version, and the old values that go to history are locked before they are read.
 
--- profile_private.type_clash: internal. Why an update of operation p_operation, which writes grain type
--- p_grain_type at p_path, is rejected when the grain already has type p_existing: {sqlstate,
--- reason, context}, as a dead letter records them.
--- Raises: nothing.
+-- One function for the direct and the general statement, so that both reject a grain type clash
+-- with the same reason.
 CREATE FUNCTION profile_private.type_clash(p_operation text, p_grain_type text, p_path text, p_existing text)
 RETURNS text[]
 LANGUAGE sql STABLE
@@ -19,12 +27,11 @@ AS $$
                  'applying ' || p_operation || ': grain type check'];
 $$;
 COMMENT ON FUNCTION profile_private.type_clash(text, text, text, text) IS
-    'Internal: {sqlstate SPTYP, reason, context} of an update rejected because the grain has another grain type.';
+    'Why an update is rejected because its grain already has another grain type, as {sqlstate, reason, context} for its dead letter: SPTYP; a reason naming the operation p_operation, the grain type p_grain_type it writes, the grain path p_path and the existing grain type p_existing; context ''applying <operation>: grain type check''. Raises nothing.';
 
--- profile_private.history_retry: internal. Archives old _latest values whose history pit (_ + their
--- inserted time) was already taken: each moves forward by 1 ms until its pit is free, and the
--- grains written are recorded for change notifications.
--- Raises: nothing of its own.
+-- Rare (two values of one grain inserted in the same millisecond), so a loop of its own after the
+-- main statements rather than a part of them; each pass is one set-based INSERT of every value
+-- still pending.
 CREATE FUNCTION profile_private.history_retry(p_pending profile.profilestore[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -58,14 +65,16 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.history_retry(profile.profilestore[]) IS
-    'Internal: archives old _latest values whose history pit was taken, 1 ms later each time until the pit is free.';
+    'Archives old _latest values (p_pending: whole rows of profile.profilestore) whose history pit, _ + their inserted time, was already taken: each tries 1 ms later, pass by pass, until its pit is free; the history row keeps the value''s inserted time. Records the grains written for change notifications (change_private.publish_grains, kind changed). Returns nothing; raises nothing of its own.';
 
--- The statement's parts run only when needed: the history lock when some update archives
--- (p_history), the upsert when the UPDATE wrote fewer rows than sent (p_direct). Counters and arrays
--- are built on the row's newest version inside the UPDATE, which locks it, so concurrent writers of
--- an existing grain lose no update. Runs with silo.change_triggers off (it records the grains it
--- writes itself, change_private.publish_grains) and generic plans (its statement is large; planning
--- it for every small batch cost more than applying the batch).
+-- The parts run in order through one-time filters (a part reads a count of the one before it): the
+-- history rows are locked and archived before the UPDATE rewrites them, and the changes are
+-- recorded after the writes. The UPDATE joins only the columns it uses, because PostgreSQL keeps a
+-- copy of each joined row for rechecks under concurrency. PostgreSQL re-evaluates an UPDATE's SET
+-- on the version a concurrent writer committed meanwhile, which is why counters and arrays are
+-- built there and not read first. Runs with silo.change_triggers off: it records the grains it
+-- writes from its RETURNING rows (change_private.publish_grains), which costs less than the
+-- triggers' transition tables.
 CREATE FUNCTION profile_private.apply_direct(p_round profile_private.validated_update[], p_ok boolean,
                                              p_direct bigint, p_history boolean)
 RETURNS profile_private.apply_result[]
@@ -85,9 +94,9 @@ BEGIN
     -- type: it locks each row and builds counters and arrays on the row's newest version. The
     -- upsert takes the others: new grains, grains of another type (left alone by its WHERE:
     -- dead-lettered below) and grains created meanwhile by a concurrent writer (overwritten as if
-    -- this had come first; a counter adds up). Results are ok unless fewer rows were written than
-    -- sent or a new _latest clashes with the grain's history: then the exceptions are worked out
-    -- below.
+    -- they had not been there: the new value replaces theirs; a counter adds up). Results are ok
+    -- unless fewer rows were written than sent or a new _latest clashes with the grain's history:
+    -- then the exceptions are worked out below.
     WITH l AS (
         SELECT p.correlation_id, p.profile_type, p.path, p.pit, p.value, p.certainty, p.grain_type, p.inserted,
                p.ttl, p.reader, p.origin, p.ttn, p.expires_at, p.notify_at
@@ -247,4 +256,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.apply_direct(profile_private.validated_update[], boolean, bigint, boolean) IS
-    'Internal: applies the direct updates (profile_private.op_direct) of one round, updates of distinct grains whose targets are resolved, by one statement: locks and archives the old values that go to history, updates the existing _latest values of the same grain type, upserts the others. p_direct: how many direct updates p_round holds; p_history: whether one archives. Returns the results, or with p_ok false only those that are not ok; a grain type mismatch (SPTYP) comes back as a dead_letter result without a dead letter id (the caller records it). Records the grains written for change notifications.';
+    'Applies the direct updates (profile_private.op_direct) of one round by one statement and returns their results. p_round: validated updates of distinct grains whose targets are resolved (its other updates are left to profile_private.apply_general); p_ok: return every result (true) or only those that are not ok (false; NULL or empty when there are none); p_direct: how many direct updates p_round holds (the upsert runs only when the UPDATE wrote fewer); p_history: whether one of them archives (the history lock runs only then). Locks the old _latest values that go to history and archives them (1 ms later when the pit is taken: profile_private.history_retry), updates the existing _latest values of the same grain type, upserts the others. An update whose grain already has another grain type writes nothing and comes back as a dead_letter result with SPTYP and no dead letter id (the caller records it); every other result is ok. Records the grains written for change notifications (change_private.publish_grains, kind changed). Raises nothing of its own.';

@@ -1,13 +1,25 @@
--- Profile store, the general statement: every operation that is not direct (_set_if_not_exist,
--- _set_max/_set_min, the distinct forms, _array_remove, _delete, _delete_with_history, _set_ttl,
--- _set_ttn, _profile_link). One set-based statement reads and locks the current _latest values,
--- decides every update (the first rule that applies wins), archives old values to their history
--- pits, writes the new _latest values, deletes pits and sets durations; the results follow from
--- what each part returned. Its shape (nested subqueries fenced with OFFSET 0, one MATERIALIZED
--- decision) keeps the planner from evaluating the decision more than once per update.
+-- Profile store, the general statement (profile_private.apply_general): every operation that is
+-- not direct (_set_if_not_exist, _set_max/_set_min and their history forms, the *_distinct forms,
+-- _array_remove and its history form, _delete, _delete_with_history, _set_ttl, _set_ttn,
+-- _profile_link). Their outcome depends on what the grain holds (a comparison, a cycle check, a
+-- noop) or touches pits other than _latest, so one set-based statement reads and locks the current
+-- _latest values, decides every update (the first rule that applies wins), archives old values to
+-- their history pits, writes the new _latest values, deletes pits and sets durations; the results
+-- follow from what each part returned. Why it is shaped so:
+-- * The decision is one MATERIALIZED CTE over nested subqueries fenced with OFFSET 0, so the
+--   planner computes each field (link chains, new array values, the existing grain type, the
+--   decision) once per update, not once per use.
+-- * Values that are read and rewritten are locked (FOR UPDATE) as they are read; the rewrite finds
+--   the locked row by its key, because the lock may return a version the statement's snapshot does
+--   not see.
+-- * It has a fixed cost the usual traffic should not pay: profile_private.apply_round calls it only
+--   for rounds that hold an update that is not direct, and it runs with generic plans (planning its
+--   large statement for every small batch cost more than applying the batch).
 
--- Runs with silo.change_triggers off (it records the grains it writes and deletes itself,
--- change_private.publish_grains) and generic plans, like profile_private.apply_direct.
+-- Runs with silo.change_triggers off, like profile_private.apply_direct: it records the grains it
+-- writes and deletes from its RETURNING rows (change_private.publish_grains), which costs less than
+-- the triggers' transition tables. Type clashes and taken history pits are rare, so they are dealt
+-- with after the statement, by statements of their own.
 CREATE FUNCTION profile_private.apply_general(p_round profile_private.validated_update[], p_ok boolean)
 RETURNS profile_private.apply_result[]
 LANGUAGE plpgsql VOLATILE
@@ -158,8 +170,9 @@ BEGIN
         RETURNING p.correlation_id, p.profile_type, p.path, p.reader
     ), ins AS (
         -- New _latest values where there was none. One may have appeared since: if it has another
-        -- grain type it is left alone here (and the update dead-lettered below). A new _latest is
-        -- checked against the grain's history (and removed again below when it clashes).
+        -- grain type it is left alone here (and the update dead-lettered below); one of the same
+        -- grain type is overwritten, as in the direct statement. A new _latest is checked against
+        -- the grain's history (and removed again below when it clashes).
         INSERT INTO profile.profilestore AS p (correlation_id, profile_type, path, pit, value, certainty, grain_type,
                                                inserted, ttl, reader, origin, ttn, expires_at, notify_at)
         SELECT d.target, d.profile_type, d.path, '_latest', d.newval, d.w_certainty, d.grain_type, d.inserted,
@@ -265,4 +278,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.apply_general(profile_private.validated_update[], boolean) IS
-    'Internal: applies the updates of one round that are not direct (profile_private.op_direct) by one statement that reads and locks the current values, decides, archives, writes, deletes pits and sets durations. Returns the results, or with p_ok false only those that are not ok; grain type mismatches (SPTYP) and profile link cycles (SPLNK) come back as dead_letter results without a dead letter id (the caller records them). Records the grains written and deleted for change notifications.';
+    'Applies the updates of one round that are not direct (profile_private.op_direct) by one statement and returns their results. p_round: validated updates of distinct grains whose targets are resolved (its direct updates are left to profile_private.apply_direct); p_ok: return every result (true) or only those that are not ok (false). Reads and locks the current _latest values, decides each update, archives old values to history (1 ms later when the pit is taken: profile_private.history_retry), writes the new _latest values, deletes pits and sets durations. Results: ok when the update wrote something, noop when it had nothing to change; a grain type mismatch (SPTYP) or a profile link cycle (SPLNK) writes nothing and comes back as a dead_letter result without a dead letter id (the caller records it). Records the grains written and deleted for change notifications (change_private.publish_grains, kinds changed and deleted). Raises nothing of its own.';

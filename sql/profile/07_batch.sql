@@ -1,11 +1,19 @@
--- Profile store, batches: the public entry points (api.profile_apply_batch, api.profile_apply) and
--- the core that validates a batch (sql/profile/04_validate.sql) and applies it in rounds of updates
--- of distinct grains (the direct and the general statement, 05_direct.sql and 06_general.sql). An
--- unexpected error redoes the batch one update per subtransaction, so it costs only the update
--- that raised it.
+-- Profile store, batches: the public entry points api.profile_apply_batch and api.profile_apply,
+-- and the stages behind them. profile_private.apply_core validates a batch
+-- (profile_private.validate_plain for the usual shapes, profile_private.validate_full for the
+-- others: sql/profile/04_validate.sql) and applies it in rounds of updates of distinct grains;
+-- profile_private.apply_round hands each round to the direct statement (profile_private.apply_direct,
+-- sql/profile/05_direct.sql) and, when it holds other operations, to the general one
+-- (profile_private.apply_general, sql/profile/06_general.sql). Set-based throughout: one statement
+-- per stage over a whole round costs far less than one per update. profile_private.apply_core
+-- handles no exception, so the usual batch pays for no subtransaction; only when an unexpected
+-- error interrupts it is the batch redone one update per subtransaction
+-- (profile_private.apply_safe), so that the error costs only the update that raised it.
 
 -- Updates of distinct grains do not affect each other, so applying a round set-based gives what
--- applying its updates one by one gives.
+-- applying its updates one by one gives. The split lets a round of direct updates alone, the usual
+-- one, skip the general statement and its fixed cost; the counts come from validation when it made
+-- them, so the round is not read once more.
 CREATE FUNCTION profile_private.apply_round(p_round profile_private.validated_update[], p_ok boolean,
                                             p_direct integer DEFAULT NULL, p_history boolean DEFAULT NULL)
 RETURNS profile_private.apply_result[]
@@ -35,24 +43,23 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.apply_round(profile_private.validated_update[], boolean, integer, boolean) IS
-    'Internal: applies one round, validated profile updates of distinct grains whose targets are resolved: the direct operations by profile_private.apply_direct, the others by profile_private.apply_general. p_direct and p_history: the number of direct updates and whether one archives, when the caller knows them (else counted here). Returns the results, or with p_ok false only those that are not ok; expected rejections (SPTYP, SPLNK) come back as dead_letter results without a dead letter id.';
+    'Applies one round and returns its results. p_round: validated profile updates of distinct grains whose targets are resolved; the direct operations (profile_private.op_direct) go to profile_private.apply_direct, the others, if any, to profile_private.apply_general. p_ok: return every result (true) or only those that are not ok (false; NULL or empty when there are none). p_direct (default NULL) and p_history (default NULL): how many updates of p_round are direct and whether one of them archives, when the caller knows them; when either is NULL they are counted here. Rejections found while applying (SPTYP, SPLNK) come back as dead_letter results without a dead letter id (the caller records them). Records the grains written and deleted for change notifications (through the two statements). Raises nothing of its own.';
 
--- profile_private.apply_core: internal. Validates and applies a JSON array of update messages in
--- order, without any exception handling (api.profile_apply_batch guards it). Numbers the results
--- from p_ord_offset + 1. Records dead letters when p_record (replays do not).
---
--- Shape: a short query validates the plain updates (the usual shapes, see below) and a full one,
--- which applies every rule, the others; both make the same rows (they share the helpers
--- profile_private.op_class, profile_private.grain_type, profile_private.certainty, profile_private.certainty_value,
--- profile_private.counter and profile_private.path_is_plain).
--- The usual batch (no update changes profile links, no grain comes twice) is one round: profile_private.apply_round applies all its valid updates
--- set-based. Otherwise a second query splits the batch into segments (an update that changes
--- profile links is a segment of its own, so every other segment sees fixed link targets) and
--- rounds (the n-th update of each grain within a segment), and segment by segment, round by
--- round, profile_private.apply_round applies the updates of a round. Updates of distinct grains do
--- not affect each other and the updates of one grain run in batch order, so the result is what
--- applying the updates one by one gives.
--- Raises: nothing of its own; an unexpected error propagates (api.profile_apply_batch handles it).
+-- No exception handling here, so that each caller chooses how to recover: api.profile_apply_batch
+-- redoes the batch one update per subtransaction (profile_private.apply_safe),
+-- api.profile_inbox_process falls back to lane by lane, then message by message, and
+-- api.profile_dead_letter_replay records the error on the dead letter. Two validation functions because most updates are plain:
+-- profile_private.validate_plain checks them with a short query, profile_private.validate_full
+-- applies every rule to the others; both make the same rows (they share the helpers of
+-- sql/profile/01_types.sql and sql/profile/02_parse.sql). The usual batch (no update changes
+-- profile links, no grain comes twice) is one round, applied set-based by one
+-- profile_private.apply_round. Otherwise a second query splits the batch into segments (an update
+-- that changes profile links is a segment of its own, so every other segment sees fixed link
+-- targets) and rounds (the n-th update of each grain within a segment), applied segment by
+-- segment, round by round: updates of distinct grains do not affect each other and the updates of
+-- one grain run in batch order, so the result is what applying the updates one by one gives.
+-- Generic plans, like the statements it calls: PL/pgSQL re-planned its large queries for every
+-- small batch.
 CREATE FUNCTION profile_private.apply_core(p_updates jsonb, p_ord_offset integer, p_record boolean)
 RETURNS SETOF profile_private.apply_result
 LANGUAGE plpgsql VOLATILE
@@ -76,9 +83,10 @@ DECLARE
     v_rest      integer[];
     v_more      profile_private.validated_update[];
 BEGIN
-    -- Validation: the plain updates by the short query, the others by the full one. The full one
-    -- treats the batch as one segment of one round; when some update changes profile links or some
-    -- grain may come twice, segments and rounds are worked out below.
+    -- Validation: the plain updates by profile_private.validate_plain, the others by
+    -- profile_private.validate_full. Both treat the batch as one segment of one round; when some
+    -- update changes profile links or some grain may come twice, segments and rounds are worked
+    -- out below.
     SELECT v.plain_updates, v.rest_ords, v.direct_count, v.archives, v.twice
     INTO v_updates, v_rest, v_direct, v_history, v_twice
     FROM profile_private.validate_plain(p_updates, v_now) AS v;
@@ -100,9 +108,9 @@ BEGIN
     END IF;
 
     IF v_links OR v_twice THEN
-        -- Segments (seg still holds lc: whether the update changes profile links) and rounds. After a
-        -- link change, updates write where the links point by then: their targets are worked out
-        -- segment by segment below.
+        -- Segments (seg still holds what validation set: 1 when the update changes profile links,
+        -- else 0) and rounds. After a link change, updates write where the links point by then:
+        -- their targets are worked out segment by segment below.
         SELECT array_agg(ROW(
                    t.ord, t.operation, t.correlation_id, t.profile_type, t.path, t.v, t.certainty, t.inserted, t.ttl,
                    t.ttn, t.origin, t.reader, t.grain_type, t.inc, t.seg, t.target, t.round,
@@ -143,7 +151,8 @@ BEGIN
     END IF;
 
     IF v_simple THEN
-        -- The short query's counts hold when it validated them all; else the round counts.
+        -- profile_private.validate_plain's counts hold when it validated them all; else the round
+        -- counts.
         v_res := profile_private.apply_round(v_updates, false, CASE WHEN v_rest IS NULL THEN v_direct END, v_history);
     ELSE
         FOR v_seg IN 0 .. v_max_seg LOOP
@@ -185,7 +194,7 @@ BEGIN
     END IF;
 
     -- An update without a result is ok and wrote its target (the usual batch's rounds return only
-    -- the other results). The short validation query leaves v_updates in batch order: when it
+    -- the other results). profile_private.validate_plain leaves v_updates in batch order: when it
     -- validated them all and every one is ok, they need no sort.
     IF coalesce(cardinality(v_res), 0) = 0 AND v_rest IS NULL THEN
         RETURN QUERY
@@ -202,12 +211,10 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.apply_core(jsonb, integer, boolean) IS
-    'Internal: validates and applies a JSON array of profile updates in batch order (set-based: a short query for plain updates, the full one for the others; the usual batch is one round, otherwise segments and set-based rounds of updates of distinct grains); no exception handling; records dead letters when p_record.';
+    'Validates and applies a JSON array of profile update messages in batch order and returns one row per message, in batch order (an empty array: none). p_updates: the messages; p_ord_offset: added to each ord (position in p_updates, from 1), so a caller applying a batch piece by piece numbers the rows as in the whole batch; p_record: record rejected messages in profile.dead_letters (each insert publishes a dead-letters change) and return their ids (replays pass false). Row: ord, status (ok, noop, dead_letter), operation, correlation_id (the profile the update addresses, after profile links; for a message that failed validation its _id, NULL when not a string), sqlstate, reason and context of a rejection, dead_letter_id. Records the grains written and deleted for change notifications. Raises nothing of its own, but handles no exception: an unexpected error propagates, and the caller decides what to do.';
 
--- profile_private.apply_safe: internal. The batch again, each update in its own subtransaction, so an
--- unexpected error rejects only the update that raised it: it goes to the dead letter table with
--- its SQLSTATE, message and PL/pgSQL context. Used only after profile_private.apply_core failed.
--- Raises: nothing: every error is caught and dead-lettered.
+-- Used only after profile_private.apply_core failed: a subtransaction per update costs more than the
+-- whole set-based batch, so the usual batch never pays for it.
 CREATE FUNCTION profile_private.apply_safe(p_updates jsonb)
 RETURNS profile_private.apply_result[]
 LANGUAGE plpgsql VOLATILE
@@ -243,25 +250,21 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.apply_safe(jsonb) IS
-    'Internal: applies a JSON array of profile updates each in its own subtransaction; an unexpected error dead-letters only the update that raised it, with its SQLSTATE and PL/pgSQL context.';
+    'Applies a JSON array of profile update messages (p_updates) one by one, in order, each by profile_private.apply_core in its own subtransaction, and returns one result per message (ord from 1). An unexpected error rolls back only the update that raised it, which goes to profile.dead_letters with PostgreSQL''s SQLSTATE, its message (and detail) as the reason and the PL/pgSQL error context; its operation and correlation_id are taken from the message as sent. Raises nothing of its own: every error is caught, except a cancel (57014), which PL/pgSQL''s WHEN OTHERS does not catch.';
 
--- The rows api.profile_apply_batch returns. An empty view: it names the row type, so that psql's
--- \d+ and sqlc see the columns.
+-- A view rather than a composite type: sqlc turns SETOF a view into a typed Go struct, and psql's
+-- \d+ shows its columns. WHERE false: only its row type is used.
 CREATE VIEW api.profile_apply_results AS
 SELECT NULL::integer AS ord, NULL::text AS status, NULL::text AS operation, NULL::text AS correlation_id,
        NULL::text AS sqlstate, NULL::text AS reason, NULL::bigint AS dead_letter_id
 WHERE false;
 COMMENT ON VIEW api.profile_apply_results IS
-    'Always empty: the row type of api.profile_apply_batch (ord, status ok|noop|dead_letter, operation, correlation_id written, sqlstate, reason, dead_letter_id).';
+    'Always empty: the row type of api.profile_apply_batch. ord: position of the message in the batch, from 1; status: ok (written), noop (nothing to change) or dead_letter (rejected); operation: the _operation (default _set; NULL when not a string); correlation_id: the profile the update addresses, after profile links (for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string); sqlstate and reason: why a message was rejected; dead_letter_id: its row in profile.dead_letters.';
 
--- api.profile_apply_batch: applies profile update messages in order and returns one row per
--- update: ord (from 1), status ok | noop | dead_letter, operation, correlation_id (the profile
--- written, after profile links; the _id as given for a dead letter), sqlstate, reason and
--- dead_letter_id of a rejected update. A rejected update goes to profile.dead_letters and never
--- stops the others or undoes them. If an unexpected error interrupts the batch, the batch is
--- redone with each update in its own subtransaction, so only the update that raised it is
--- dead-lettered (with PostgreSQL's SQLSTATE and error context).
--- Raises: SLINV when p_updates is not a JSON object (one update) or array (a batch).
+-- The fast path, profile_private.apply_core, runs without exception handling, so the usual batch
+-- pays for no subtransaction per update. When it fails, its subtransaction rolls back everything it
+-- did, and profile_private.apply_safe redoes the whole batch update by update: nothing is applied
+-- twice.
 CREATE FUNCTION api.profile_apply_batch(p_updates jsonb)
 RETURNS SETOF api.profile_apply_results
 LANGUAGE plpgsql VOLATILE
@@ -290,11 +293,10 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_apply_batch(jsonb) IS
-    'Applies profile update messages (an array, or one object) in order; one row per update: ord, status (ok, noop, dead_letter), operation, correlation_id written, sqlstate, reason, dead_letter_id. Rejected updates go to profile.dead_letters; the others apply. Raises SLINV when p_updates is neither an object nor an array.';
+    'Applies profile update messages in batch order. p_updates (no default): a JSON array of update messages, or one message as an object. Returns one row per message, in batch order (an empty array: none), as api.profile_apply_results: ord (from 1), status (ok: written; noop: nothing to change; dead_letter: rejected), operation, correlation_id (the profile the update addresses, after profile links; for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string), sqlstate and reason of a rejection, dead_letter_id. A rejected message never stops or undoes the others: it goes to profile.dead_letters with its SQLSTATE, which is not raised: a validation code (SPMSG, SPOPR, SPIDX, SPPTH, SPVAL, SPCRT, SPINS, SPDUR, SPRSV), SPTYP for a grain type mismatch, SPLNK for a profile link cycle, or PostgreSQL''s own for an unexpected error, transient ones (a deadlock, a lock timeout) included: the batch is then redone one update per subtransaction, so only the update that raised it is rejected. Publishes, in the caller''s transaction: the grains written and deleted (channels profile:{profile_type}:{correlation_id} once api.change_sequence expands them; nothing while silo.change_capture is off) and one change on channel dead-letters per dead letter; the commit notifies silo_change_pending unless silo.change_notify is off. Raises SLINV when p_updates is NULL or neither an object nor an array; a cancel (57014, such as statement_timeout) is not caught.';
 
--- api.profile_apply: applies one profile update message and returns its result (as one row of
--- api.profile_apply_batch, without ord). Anything but a JSON object is dead-lettered.
--- Raises: SLINV when p_update is NULL.
+-- A batch of one through api.profile_apply_batch, so that a single update takes the same path as a
+-- batch (validation, rounds, dead letters, changes, the redo after an unexpected error).
 CREATE FUNCTION api.profile_apply(
     p_update jsonb,
     OUT status text,
@@ -316,4 +318,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_apply(jsonb) IS
-    'Applies one profile update message; returns status (ok, noop, dead_letter), operation, correlation_id written, sqlstate, reason, dead_letter_id. A rejected message goes to profile.dead_letters. Raises SLINV when p_update is NULL.';
+    'Applies one profile update message, as api.profile_apply_batch does a batch of one. p_update (no default): the message, a JSON object; any other JSON value is rejected as a dead letter (SPMSG). Returns one row: status (ok: written; noop: nothing to change; dead_letter: rejected), operation, correlation_id (the profile the update addresses, after profile links; for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string), sqlstate and reason of a rejection, dead_letter_id. A rejected message goes to profile.dead_letters with its SQLSTATE, which is not raised (the codes of api.profile_apply_batch). Publishes what api.profile_apply_batch publishes. Raises SLINV when p_update is NULL.';

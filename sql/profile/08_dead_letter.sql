@@ -1,7 +1,11 @@
--- profile_private.dead_letter_add: internal. Records a rejected message and returns its id. The
--- filter columns take the message's _id, _profile_type (default _d) and _operation (default _set)
--- when they are strings, cut to 256 characters; the message is kept whole.
--- Raises: nothing.
+-- Profile store, dead letters: profile update messages that could not be applied, kept whole in
+-- profile.dead_letters with why (SQLSTATE, reason, context), and what operators do with them: list,
+-- replay, trim. A rejected update never stops its batch, so this table is where bad input waits for
+-- a person: a replay that fails again updates its dead letter instead of adding one, and only
+-- resolved dead letters are ever trimmed.
+
+-- The filter columns are cut to 256 characters so that recording a rejection never fails on an
+-- oversized field (correlation_id and profile_type are indexed); the message is kept whole.
 CREATE FUNCTION profile_private.dead_letter_add(p_message jsonb, p_sqlstate text, p_reason text, p_context text)
 RETURNS bigint
 LANGUAGE sql VOLATILE
@@ -19,12 +23,10 @@ AS $$
     RETURNING id;
 $$;
 COMMENT ON FUNCTION profile_private.dead_letter_add(jsonb, text, text, text) IS
-    'Internal: records a rejected profile update message in profile.dead_letters and returns its id.';
+    'Records a rejected profile update message in profile.dead_letters and returns the new id. p_message: the message as received, kept whole whatever its JSON type; p_sqlstate, p_reason, p_context: why it was rejected (the SQLSTATE and the reason must not be NULL). The filter columns correlation_id, profile_type and operation take the message''s _id, _profile_type (default _d) and _operation (default _set) when they are strings, cut to 256 characters. The insert publishes a change on channel dead-letters (trigger of profile.dead_letters). Raises nothing of its own.';
 
--- api.profile_dead_letter_list: dead letters in id order, after p_after_id (keyset paging), at
--- most p_limit (default 100, capped at 1000). NULL filters are ignored; p_resolved true lists the
--- resolved ones, false the unresolved ones.
--- Raises: nothing.
+-- Keyset paging by id rather than OFFSET: a page costs the same however deep it is, and pages do not
+-- shift while new dead letters arrive.
 CREATE FUNCTION api.profile_dead_letter_list(
     p_correlation_id text DEFAULT NULL,
     p_profile_type text DEFAULT NULL,
@@ -48,12 +50,11 @@ AS $$
     LIMIT least(greatest(coalesce(p_limit, 100), 0), 1000);
 $$;
 COMMENT ON FUNCTION api.profile_dead_letter_list(text, text, text, text, boolean, bigint, integer) IS
-    'Lists dead letters by ascending id after p_after_id (keyset paging), at most p_limit (default 100, at most 1000); NULL filters are ignored.';
+    'Lists dead letters, rows of profile.dead_letters, by ascending id. Every argument has a default, so psql users name only the filters they need. p_correlation_id, p_profile_type, p_operation, p_sqlstate (default NULL: any): keep exact matches only. p_resolved (default NULL: both): true lists the resolved dead letters only, false the unresolved ones only. p_after_id (default 0; NULL counts as 0): list ids after it, for keyset paging (pass the last id of the previous page). p_limit (default 100; NULL counts as 100, below 0 as 0): at most that many rows, never more than 1000. Raises nothing.';
 
--- api.profile_dead_letter_replay: applies a dead letter's message again. On ok or noop the dead
--- letter is marked resolved. On failure no new dead letter is written: the existing one gets the
--- new reason, sqlstate and context, replay_count + 1 and last_replayed.
--- Raises: SLNFD when there is no dead letter p_id, SLCNF when it is already resolved.
+-- The dead letter is locked (FOR UPDATE) before its message is applied, so two concurrent replays
+-- of one message cannot both apply it: the second finds it resolved. A failure updates the dead
+-- letter instead of adding one, so a message keeps one dead letter however often it is replayed.
 CREATE FUNCTION api.profile_dead_letter_replay(
     p_id bigint,
     OUT status text,
@@ -105,11 +106,9 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_dead_letter_replay(bigint) IS
-    'Applies a dead letter''s message again: on ok or noop marks it resolved; on failure updates its reason, sqlstate, context, replay_count and last_replayed (no new dead letter). Raises SLNFD for an unknown id, SLCNF when already resolved.';
+    'Applies a dead letter''s message again, as a batch of one (a message without _in takes the time of the replay). p_id (no default): the dead letter''s id. On ok or noop the dead letter is marked resolved (resolved and last_replayed set). When the message is rejected again, or applying it raises an unexpected error (caught, its writes rolled back), no new dead letter is written: the existing one gets the new reason, sqlstate and context, replay_count + 1 and last_replayed. Returns one row: status (ok, noop, dead_letter), operation, correlation_id (the profile the update addresses, after profile links), sqlstate and reason of a rejection, dead_letter_id (p_id). Publishes the grains it writes and deletes, like api.profile_apply_batch, but no dead-letters change. Raises SLNFD when there is no dead letter p_id (p_id NULL included), SLCNF when it is already resolved.';
 
--- api.profile_dead_letter_trim: deletes dead letters that a replay resolved longer than
--- p_retention ago, and returns how many. Unresolved dead letters are never trimmed: they are data
--- waiting for a replay.
+-- Unresolved dead letters are never trimmed: they are data waiting for a replay.
 CREATE FUNCTION api.profile_dead_letter_trim(p_retention interval)
 RETURNS bigint
 LANGUAGE sql VOLATILE
@@ -122,4 +121,4 @@ AS $$
     SELECT count(*) FROM gone;
 $$;
 COMMENT ON FUNCTION api.profile_dead_letter_trim(interval) IS
-    'Deletes dead letters resolved (successfully replayed) more than p_retention ago; returns the count. Unresolved dead letters are kept until replayed.';
+    'Deletes the dead letters resolved (replayed with success) more than p_retention ago and returns how many it deleted. p_retention (no default): how long resolved dead letters are kept; NULL deletes none, a negative interval every resolved one. Unresolved dead letters are never deleted. The periodic job profile_dead_letter_trim (worker/profile_dead_letter.go) calls it with the configured retention. Raises nothing.';
