@@ -1,8 +1,9 @@
 -- Profile store, asynchronous updater: update messages accepted into profile.inbox and applied by
--- workers, in order per correlation id (the Kafka profile updater of Granary, in PostgreSQL).
---
--- Public functions and views: api.profile_enqueue, api.profile_inbox_process,
--- api.profile_updater_status, api.profile_inbox_blocked_lanes, api.profile_inbox_dead_letter.
+-- workers (worker/profile_updater.go), in order per correlation id (the Kafka profile updater of
+-- Granary, in PostgreSQL). This file holds the message path, api.profile_enqueue and
+-- api.profile_inbox_process, and the rules below, which both it and the operators' side
+-- (sql/profile/12_updater_admin.sql: api.profile_updater_status, api.profile_inbox_blocked_lanes,
+-- api.profile_inbox_dead_letter, the check of the updater.* settings) follow.
 -- Settings: the updater.* rows of silo.settings (checked by a trigger when they change).
 --
 -- Rules where the specification leaves room:
@@ -43,8 +44,7 @@
 -- * A step runs in READ COMMITTED only: each statement must see the deletes of the step that held
 --   the lane before.
 
--- profile_private.priority: internal. 0 for 'high', 1 for 'low', NULL for anything else.
--- Raises: nothing (the callers raise SLINV on NULL).
+-- NULL rather than an error for an unknown name: each caller raises SLINV with its own detail.
 CREATE FUNCTION profile_private.priority(p_priority text)
 RETURNS smallint
 LANGUAGE sql IMMUTABLE
@@ -52,11 +52,11 @@ AS $$
     SELECT CASE p_priority WHEN 'high' THEN 0::smallint WHEN 'low' THEN 1::smallint END;
 $$;
 COMMENT ON FUNCTION profile_private.priority(text) IS
-    'Internal: the inbox priority of a stream name: high 0, low 1, NULL for anything else.';
+    'The inbox priority (profile.inbox.priority) of stream name p_priority: 0 for high, 1 for low, NULL for anything else. Raises nothing.';
 
--- profile_private.inbox_lane: internal. The lane of an update message among p_lanes lanes:
--- hashtext(_id) modulo p_lanes when _id is a string, else 0.
--- Raises: nothing.
+-- One function for api.profile_enqueue and profile_private.inbox_relane, so that every message of
+-- an _id gets the same lane and keeps its order. The sign bit is cleared: hashtext is negative for
+-- half of the ids.
 CREATE FUNCTION profile_private.inbox_lane(p_message jsonb, p_lanes integer)
 RETURNS integer
 LANGUAGE sql IMMUTABLE
@@ -65,14 +65,10 @@ AS $$
                 THEN (hashtext(p_message ->> '_id') & 2147483647) % p_lanes ELSE 0 END;
 $$;
 COMMENT ON FUNCTION profile_private.inbox_lane(jsonb, integer) IS
-    'Internal: the inbox lane of an update message: hashtext(_id) modulo the lane count, 0 when _id is not a string.';
+    'The inbox lane of update message p_message among p_lanes lanes (at least 1): hashtext(_id) without its sign bit, modulo p_lanes, when _id is a string; 0 otherwise. Raises nothing (division_by_zero for p_lanes 0).';
 
--- api.profile_enqueue: accepts profile update messages (one object or an array) into the inbox of
--- the asynchronous updater, in order; returns how many, and the first and last inbox id. The
--- messages are checked when applied: a bad one goes to the dead letter table then.
--- Raises: SLINV when p_updates is neither an object nor an array, or p_priority is not high or low.
--- Notifies: silo_inbox with the priority (high or low), once per transaction, when one of the
--- lanes it wrote to had no message waiting before.
+-- The messages are not validated here: enqueueing stays one INSERT, and a bad message is
+-- dead-lettered when applied, with the same reasons as a synchronous update.
 CREATE FUNCTION api.profile_enqueue(
     p_updates jsonb,
     p_priority text DEFAULT 'high',
@@ -120,11 +116,10 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_enqueue(jsonb, text) IS
-    'Accepts profile update messages (an array, or one object) into profile.inbox for the asynchronous updater, stream high (default) or low; returns accepted, first_id, last_id. Updates of one _id are applied in this order. Notifies silo_inbox (payload: the priority) when a lane it wrote to was empty. Raises SLINV for a body that is neither object nor array, or a priority other than high/low.';
+    'Accepts profile update messages into profile.inbox for the asynchronous updater, in order; they are checked when applied (a bad one goes to profile.dead_letters then). p_updates: one message (a JSON object) or several (an array). p_priority (default high): the stream, high or low. Returns one row: accepted (how many), first_id and last_id (their inbox ids; NULL for an empty array). Updates of one _id are applied in the order they were accepted. Notifies silo_inbox (payload: the priority) when a lane it wrote to had no message waiting (identical notifications of a transaction are delivered once). Raises SLINV when p_priority is not high or low, or p_updates is NULL or neither an object nor an array.';
 
--- profile_private.inbox_lane_failed: internal. Records an unexpected error of a lane and sets its
--- back-off: updater.retry_base_ms * 2^attempts, at most updater.retry_max_ms.
--- Raises: nothing.
+-- The exponent stops at 30, so the power stays a small number however often the lane failed;
+-- least() then caps the wait.
 CREATE FUNCTION profile_private.inbox_lane_failed(p_priority smallint, p_lane integer, p_sqlstate text, p_error text)
 RETURNS void
 LANGUAGE sql VOLATILE
@@ -137,14 +132,12 @@ AS $$
     WHERE l.priority = p_priority AND l.lane = p_lane;
 $$;
 COMMENT ON FUNCTION profile_private.inbox_lane_failed(smallint, integer, text, text) IS
-    'Internal: records an unexpected error of an inbox lane and blocks it with exponential back-off (updater.retry_base_ms doubled per attempt, at most updater.retry_max_ms).';
+    'Records an unexpected error of lane p_lane of stream p_priority (0 high, 1 low) in profile.inbox_lanes: attempts + 1, last_sqlstate p_sqlstate, last_error p_error, last_failed now, and blocks the lane until retry_at = now + updater.retry_base_ms (default 100) * 2^(attempts before this one), at most updater.retry_max_ms (default 60000). Returns nothing; raises nothing.';
 
--- profile_private.inbox_take: internal. The oldest p_share messages of each of lanes p_lanes of
--- stream p_priority, in id order: their ids, lanes and messages (a JSON array). It reads each lane's
--- prefix in index order and stops there, whatever the planner's statistics say: the inbox fills
--- and empties faster than ANALYZE follows, and with stale statistics a bitmap scan would read
--- every waiting message of the lanes to sort them.
--- Raises: nothing.
+-- Bitmap and sequential scans are off so that each lane's prefix is read in index order and the
+-- scan stops there, whatever the planner's statistics say: the inbox fills and empties faster
+-- than ANALYZE follows, and with stale statistics a bitmap scan would read every waiting message
+-- of the lanes to sort them.
 CREATE FUNCTION profile_private.inbox_take(
     p_priority smallint,
     p_lanes integer[],
@@ -168,18 +161,12 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.inbox_take(smallint, integer[], integer) IS
-    'Internal: the oldest p_share messages of each of the given lanes of a stream, in id order (ids, lanes, messages as a JSON array), read in index order.';
+    'The oldest p_share messages of each lane in p_lanes of stream p_priority (0 high, 1 low), read in the order of the index on (priority, lane, id). Returns one row: ids, lanes and messages (a JSON array), aligned and in id order; NULLs when the lanes are empty. Raises nothing.';
 
--- api.profile_inbox_process: one step of an updater worker: claims up to updater.lanes_per_step
--- ready lanes of the stream (never more lanes than p_max_updates), applies their oldest messages
--- (at most p_max_updates, default updater.batch_size, shared evenly among the lanes) in id order
--- and deletes them, in the caller's transaction. Returns what it did: taken (messages applied and
--- removed), ok, noop, dead_letter, operations (a JSON object: count per operation; invalid for a
--- message without a string _operation), lanes claimed, failed_lanes (lanes now waiting after an
--- unexpected error), error (the first such error), apply_ms (time spent applying) and more (call
--- again at once).
--- Raises: SLINV for a priority other than high/low, p_max_updates below 1, or a transaction that
--- is not READ COMMITTED.
+-- The whole step is applied at once first; only when an unexpected error interrupts it is it
+-- redone lane by lane, and a failing lane message by message, so the usual step costs one apply
+-- and a failure costs only its own lane. The lane rows are locked SKIP LOCKED, so workers never
+-- wait for each other and never share a lane.
 CREATE FUNCTION api.profile_inbox_process(
     p_priority text DEFAULT 'high',
     p_max_updates integer DEFAULT NULL,
@@ -322,4 +309,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_inbox_process(text, integer) IS
-    'One step of the asynchronous updater: locks up to updater.lanes_per_step ready lanes of the stream (high/low), applies their oldest messages in id order (at most p_max_updates, default updater.batch_size) and deletes them, in the caller''s transaction. Returns taken, ok, noop, dead_letter, operations (count per operation), lanes, failed_lanes, error, apply_ms, more. Unexpected errors follow updater.unexpected_errors (retry with back-off, or dead_letter). Raises SLINV for a bad priority or limit, or outside READ COMMITTED.';
+    'One step of an asynchronous updater worker, in the caller''s transaction (READ COMMITTED). p_priority (default high): the stream, high or low. p_max_updates (default NULL: updater.batch_size, 500 when unset): at most this many messages. Claims up to updater.lanes_per_step ready lanes of the stream that hold messages (never more than p_max_updates), oldest first, skipping lanes another step holds and lanes waiting for a retry; applies their oldest messages in id order, p_max_updates shared evenly among the lanes, and deletes them from profile.inbox. Rejected messages go to profile.dead_letters as in api.profile_apply_batch. An unexpected error follows updater.unexpected_errors: retry (default) applies what precedes the failing message in its lane and blocks the lane with back-off (profile.inbox_lanes); dead_letter dead-letters the message that raised it. Returns one row: taken (messages applied and removed), ok, noop, dead_letter (counts by status), operations (a JSON object: count per _operation; invalid for a message without a string _operation), lanes (claimed), failed_lanes (blocked by this step), error (the first unexpected error, NULL when none), apply_ms (milliseconds spent applying), more (there may be more: call again at once). Publishes what applying the updates publishes: profile changes and dead letters. Raises SLINV when p_priority is not high or low, p_max_updates is below 1, or the transaction is not READ COMMITTED.';

@@ -1,13 +1,15 @@
--- Profile store, asynchronous updater, for operators: the state of the streams
--- (api.profile_updater_status), the lanes blocked after unexpected errors
--- (api.profile_inbox_blocked_lanes) and how to unblock one (api.profile_inbox_dead_letter), and the
--- updater.* settings, checked when they change; a new updater.lanes re-lanes the inbox.
+-- Profile store, asynchronous updater, the operators' side (the message path and the updater's
+-- rules are in sql/profile/11_updater.sql): the state of the streams (api.profile_updater_status:
+-- the backlog that scaling reads, the throttle the workers obey), the lanes blocked after
+-- unexpected errors (api.profile_inbox_blocked_lanes) and how to unblock one
+-- (api.profile_inbox_dead_letter).
+-- The updater.* settings are checked by a trigger of silo.settings when a DBA writes them, not when
+-- a worker reads them, so a bad value is refused at once instead of failing every step; a new
+-- updater.lanes re-lanes the waiting messages in the same transaction, so every _id keeps one lane
+-- and its order.
 
--- api.profile_updater_status: per stream (high, low): backlog (messages in the inbox), the oldest
--- message's acceptance time, lanes blocked after unexpected errors, and the throttle decision for
--- the stream: throttled (low only: updater.throttle_enabled and the high backlog above
--- updater.lag_barrier), wait_ms per message while throttled, check_interval_ms until the next
--- check, long_running_ms (the warning threshold of a step).
+-- The throttle decision is taken here, in one place, so every worker of the low stream takes the
+-- same one; the workers read this view again every check_interval_ms.
 CREATE VIEW api.profile_updater_status AS
 SELECT p.name AS priority,
        (SELECT count(*) FROM profile.inbox i WHERE i.priority = p.prio) AS backlog,
@@ -22,10 +24,10 @@ SELECT p.name AS priority,
 FROM (SELECT 0::smallint AS prio, 'high'::text AS name UNION ALL SELECT 1::smallint, 'low'::text) AS p
 ORDER BY 1;
 COMMENT ON VIEW api.profile_updater_status IS
-    'Per stream (high, low): backlog (inbox depth, the scaling signal), oldest acceptance time, blocked lanes, whether the low stream is throttled (high backlog above updater.lag_barrier), the wait per message, the check interval and the long-running warning threshold.';
+    'The state of the asynchronous updater, one row per stream: priority (high, low), backlog (messages in the inbox: the scaling signal), oldest (acceptance time of the oldest waiting message), blocked_lanes (lanes waiting after an unexpected error), throttled (low stream only: updater.throttle_enabled and the high backlog above updater.lag_barrier), wait_ms (updater.wait_time_ms: the pause per message while throttled), check_interval_ms (updater.check_interval_ms: how long workers keep the decision), long_running_ms (updater.long_running_ms: the warning threshold of a step).';
 
--- api.profile_inbox_blocked_lanes: the lanes waiting after an unexpected error (retry mode), with
--- the message they wait at (the oldest of the lane: the one that failed).
+-- A lane applies in id order and stops at the failing message, so the message it waits at is its
+-- oldest: the view reads the head of the lane rather than a recorded id.
 CREATE VIEW api.profile_inbox_blocked_lanes AS
 SELECT CASE l.priority WHEN 0 THEN 'high' ELSE 'low' END AS priority, l.lane, l.attempts, l.retry_at,
        l.last_failed, l.last_sqlstate, l.last_error,
@@ -40,14 +42,10 @@ LEFT JOIN LATERAL (
 WHERE l.attempts > 0
 ORDER BY l.priority, l.lane;
 COMMENT ON VIEW api.profile_inbox_blocked_lanes IS
-    'Inbox lanes waiting after an unexpected error: priority, lane, attempts, retry_at, last error (time, SQLSTATE, message), the message the lane waits at (message_id, correlation_id, message, accepted) and how many messages wait in the lane. api.profile_inbox_dead_letter(message_id) moves that message to the dead letter table.';
+    'Inbox lanes waiting after an unexpected error (updater.unexpected_errors retry): priority (high, low), lane, attempts, retry_at, last_failed, last_sqlstate, last_error, the message the lane waits at (message_id, correlation_id, message, accepted) and waiting (how many messages wait in the lane). api.profile_inbox_dead_letter(message_id) moves that message to the dead letter table.';
 
--- api.profile_inbox_dead_letter: moves a waiting inbox message to the dead letter table instead of
--- applying it, for a message that blocks its lane with an error that will not go away. Waits for a
--- step that holds the message's lane, so it never races a worker. The dead letter takes the lane's
--- last error when the message is the one the lane waits at, else p_reason. The lane is ready again
--- at once. Returns the dead letter's id (replay it with api.profile_dead_letter_replay).
--- Raises: SLNFD when no message with this id waits in the inbox (applied already, or never there).
+-- It locks the lane's row as a step does, so it waits for a step that holds the lane and never
+-- races a worker; the message is deleted after the lock, so one that step applied is not found.
 CREATE FUNCTION api.profile_inbox_dead_letter(p_id bigint, p_reason text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -83,15 +81,13 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_inbox_dead_letter(bigint, text) IS
-    'Moves a waiting inbox message to profile.dead_letters (SQLSTATE SPSKP, reason p_reason or the lane''s last error) instead of applying it, and unblocks its lane when it was the message the lane waited at; returns the dead letter id. Waits for a step holding the lane. Raises SLNFD when the message is not in the inbox.';
+    'Moves inbox message p_id to profile.dead_letters instead of applying it: for a message that blocks its lane with an error that will not go away. Waits for a step that holds the message''s lane. The dead letter has SQLSTATE SPSKP and reason p_reason (default NULL: the lane''s last error when the message is the one its blocked lane waits at, else moved out of the inbox by an operator); when it was that message, the lane is ready again at once. Returns the dead letter''s id (replay it with api.profile_dead_letter_replay). Publishes the dead letter on change channel dead-letters (kind dead_letter, admins only). Raises SLNFD when no message p_id waits in the inbox (applied already, or never accepted).';
 
--- profile_private.inbox_relane: internal (called when the updater.lanes setting changes). Moves every
--- waiting message to its lane among p_lanes lanes and makes the lane rows match. It first locks
--- every lane (waiting for the steps in progress) and then profile.inbox against writes (waiting for
--- the enqueues in progress), so no message is applied or accepted meanwhile, and the messages of
--- one _id, all moved to one lane, keep their order. Retry state is reset: a failing message
--- blocks its new lane at its next attempt.
--- Raises: SLINV when p_lanes is not between 1 and 1024.
+-- It first locks every lane (waiting for the steps in progress) and then profile.inbox against
+-- writes (waiting for the enqueues in progress), the order in which a step takes its locks, so no
+-- message is applied or accepted meanwhile, and the messages of one _id, all moved to one lane,
+-- keep their order. Retry state is reset rather than moved: a failing message blocks its new lane
+-- at its next attempt.
 CREATE FUNCTION profile_private.inbox_relane(p_lanes integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -117,11 +113,10 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.inbox_relane(integer) IS
-    'Internal: re-lanes the inbox for a new updater.lanes (1 to 1024): waits for steps and enqueues in progress, moves every waiting message to hashtext(_id) modulo p_lanes, adds or removes lane rows, resets retry state. Raises SLINV for a lane count out of range.';
+    'Re-lanes the inbox for p_lanes lanes (the new updater.lanes, 1 to 1024): waits for the steps and enqueues in progress, moves every waiting message to its lane among p_lanes (profile_private.inbox_lane), adds and removes rows of profile.inbox_lanes to match, and resets the retry state of every lane; does nothing more when the lanes already match. Called by the trigger of silo.settings when updater.lanes is written. Raises SLINV when p_lanes is NULL or not between 1 and 1024.';
 
--- profile_private.updater_setting_error: internal. Why value p_value is not valid for updater setting
--- p_key; NULL when it is (or the key is not one of the updater's).
--- Raises: nothing.
+-- Apart from the trigger, so that the rules of every updater.* value are in one place and can be
+-- tried from psql.
 CREATE FUNCTION profile_private.updater_setting_error(p_key text, p_value text)
 RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -143,12 +138,10 @@ AS $$
     END;
 $$;
 COMMENT ON FUNCTION profile_private.updater_setting_error(text, text) IS
-    'Internal: what an updater.* setting must be when p_value is not valid for p_key; NULL when it is valid.';
+    'Whether p_value is a valid value of updater setting p_key: NULL when it is (or p_key is not one of the updater''s settings), else what the value must be (such as an integer from 1 to 1024), for the error message. Raises nothing.';
 
--- profile_private.tg_settings__updater: internal. BEFORE INSERT, UPDATE or DELETE trigger of silo.settings:
--- refuses an invalid value of an updater.* setting and re-lanes the inbox when updater.lanes
--- changes (a deleted updater.lanes means the default, 64).
--- Raises: SLINV for an invalid updater.* value.
+-- BEFORE, so a refused value never reaches the table, and the re-laning runs in the transaction
+-- that writes the setting: the new lane count and the moved messages commit together.
 CREATE FUNCTION profile_private.tg_settings__updater()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -172,7 +165,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.tg_settings__updater() IS
-    'Internal: BEFORE trigger of silo.settings; checks updater.* values (SLINV when invalid) and re-lanes the inbox when updater.lanes changes.';
+    'BEFORE INSERT, UPDATE or DELETE row trigger of silo.settings (trigger settings_updater): refuses an invalid value of an updater.* setting (profile_private.updater_setting_error) and re-lanes the inbox (profile_private.inbox_relane) when updater.lanes is written, or for the default 64 when it is deleted or renamed. Raises SLINV for an invalid updater.* value.';
 
 CREATE TRIGGER settings_updater BEFORE INSERT OR UPDATE OR DELETE ON silo.settings
     FOR EACH ROW EXECUTE FUNCTION profile_private.tg_settings__updater();

@@ -1,15 +1,19 @@
--- Profile store, change notifications: what Silo's own write path does not record itself. The
--- statement triggers record every other writer of profile.profilestore (the reaper's deletions, a
--- DBA's INSERT, UPDATE or DELETE); a row trigger tells the old reader of a grain whose reader
--- changed; a statement trigger publishes every new dead letter. Channels and payloads are
--- described in sql/change/01_publish.sql.
+-- Profile store, change notifications: the triggers that publish the changes of
+-- profile.profilestore and profile.dead_letters that no code publishes itself. Silo's write path
+-- (profile_private.apply_direct and profile_private.apply_general, sql/profile/05_direct.sql and
+-- 06_general.sql) publishes the grains its statements write from their RETURNING rows, one compact
+-- row per statement and kind (change_private.publish_grains), and runs with silo.change_triggers
+-- off: on the hot path that costs a fraction of what transition tables and trigger calls cost.
+-- Every other writer (the reaper's TTL deletions, a DBA's INSERT, UPDATE or DELETE in psql) has no
+-- such code, so the statement triggers here publish for it: no change of the profile store goes
+-- unannounced, whoever makes it, unless the session turned silo.change_capture off. The reader row
+-- trigger fires for every writer, the write path included: RETURNING shows only the new reader, and
+-- the old one must learn that the grain changed. Every dead letter, whichever path rejected its
+-- message, is published by the trigger of profile.dead_letters. Channels and payloads are described
+-- in sql/change/01_publish.sql.
 
--- profile_private.tg_profilestore__change: internal. AFTER INSERT, UPDATE and DELETE statement trigger of
--- profile.profilestore: one compact pending row with the grain rows the statement wrote (kind
--- changed; updated rows under their new reader, the old one being recorded by the row trigger
--- below) or deleted (kind deleted), unless change_private.triggers_on() says otherwise. Each of its
--- triggers names its transition table grains.
--- Raises: nothing.
+-- A statement trigger over the transition table: one compact change per statement, however many
+-- rows it wrote. Each of its triggers names its transition table grains.
 CREATE FUNCTION profile_private.tg_profilestore__change()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -25,13 +29,11 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.tg_profilestore__change() IS
-    'Internal: AFTER INSERT, UPDATE and DELETE statement trigger of profile.profilestore; records the grains written (kind changed, under their new reader) or deleted (kind deleted) as one compact pending change (channel profile:*), which api.change_sequence expands into one change per profile and grain reader. Does nothing while silo.change_capture or silo.change_triggers is off.';
+    'AFTER INSERT, UPDATE and DELETE statement trigger of profile.profilestore (triggers profilestore_change_insert, _update and _delete): publishes the grains the statement wrote (kind changed; updated rows under their new reader) or deleted (kind deleted) with change_private.publish_grains, one compact change that api.change_sequence expands into one change per profile and grain reader on channel profile:{type}:{id}. Does nothing while silo.change_capture or silo.change_triggers is off (change_private.triggers_on). Raises nothing.';
 
--- profile_private.tg_profilestore__reader_change: internal. AFTER UPDATE row trigger of profile.profilestore
--- for rows whose reader changed (whoever writes them): one compact pending row (kind changed) for
--- the grain under its old reader, so that subscribers who could read it learn that it changed,
--- unless silo.change_capture is off.
--- Raises: nothing.
+-- A row trigger, but only for the rows whose reader changes (its WHEN clause), so the usual update
+-- pays nothing; it does not check silo.change_triggers because the write path cannot publish the
+-- old reader itself.
 CREATE FUNCTION profile_private.tg_profilestore__reader_change()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -43,7 +45,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.tg_profilestore__reader_change() IS
-    'Internal: AFTER UPDATE row trigger of profile.profilestore, for rows whose reader changed; records the grain under its old reader (channel profile:*, kind changed) so that subscribers who could read it learn that it changed. Does nothing while silo.change_capture is off.';
+    'AFTER UPDATE row trigger of profile.profilestore for rows whose reader changed, whoever writes them (trigger profilestore_reader_change): publishes the grain under its old reader (change_private.publish_grains, kind changed, channel profile:{type}:{id}) so that subscribers who could read it learn that it changed. Does nothing while silo.change_capture is off. Raises nothing.';
 
 -- Multi-event triggers may not have transition tables: one trigger per event, one function.
 CREATE TRIGGER profilestore_change_insert AFTER INSERT ON profile.profilestore
@@ -59,9 +61,8 @@ CREATE TRIGGER profilestore_reader_change AFTER UPDATE OF reader ON profile.prof
     FOR EACH ROW WHEN (OLD.reader IS DISTINCT FROM NEW.reader)
     EXECUTE FUNCTION profile_private.tg_profilestore__reader_change();
 
--- profile_private.tg_dead_letters__change: internal. AFTER INSERT statement trigger of profile.dead_letters: one
--- pending change per dead letter on channel dead-letters (kind dead_letter, admins only).
--- Raises: nothing.
+-- One set-based INSERT into change_private.outbox per statement. Not subject to
+-- silo.change_capture: a bulk load that hides its profile changes still announces its rejections.
 CREATE FUNCTION profile_private.tg_dead_letters__change()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -78,7 +79,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.tg_dead_letters__change() IS
-    'Internal: AFTER INSERT statement trigger of profile.dead_letters; records one change per dead letter (channel dead-letters, kind dead_letter, payload id, correlation_id, profile_type, operation, sqlstate, reason; readers empty: admins only).';
+    'AFTER INSERT statement trigger of profile.dead_letters (trigger dead_letters_change): publishes one change per new dead letter, in id order, on channel dead-letters (kind dead_letter; payload {"id", "correlation_id", "profile_type", "operation", "sqlstate", "reason"}; readers empty: admins only). Raises nothing.';
 
 CREATE TRIGGER dead_letters_change AFTER INSERT ON profile.dead_letters
     REFERENCING NEW TABLE AS new_rows
