@@ -1,13 +1,14 @@
 -- Change notifications, sequencing: committed pending changes become the numbered change log
 -- (silo.changes), one run at a time, so that the order of ids is the order in which changes became
--- visible. Every Silo process that serves websockets calls api.change_sequence when it hears
--- silo_change_pending (and once a second), then api.change_announce.
+-- visible. Pending rows cannot serve as resume positions themselves: their identity values are
+-- handed out in insert order, not commit order, so a subscriber resuming after one could miss a
+-- change that committed later with a smaller value. The websocket hub of every Silo process calls
+-- api.change_sequence when it hears silo_change_pending (and once a second), then
+-- api.change_announce. Compact rows of profile changes are expanded here, off the write path.
 
--- change_private.expand: internal. The changes a pending row stands for: itself, or, for a compact row
--- of profile changes (channel profile:*), one change per profile and reader (ordered by
--- correlation id, profile type, reader) with channel profile:{type}:{id}, payload {"profile_type",
--- "correlation_id", "paths": [the distinct paths, sorted]} and readers {reader}, from its grains.
--- Raises: nothing.
+-- A set-returning SQL function of two exclusive branches, so that api.change_sequence and
+-- api.changes_pending expand every pending row within one statement (CROSS JOIN LATERAL). grains is
+-- a two-dimensional array; unnest of its four one-row slices yields the aligned columns.
 CREATE FUNCTION change_private.expand(p_channel text, p_kind text, p_payload jsonb, p_readers text[], p_grains text[])
 RETURNS TABLE (ord bigint, channel text, kind text, payload jsonb, readers text[])
 LANGUAGE sql STABLE
@@ -26,11 +27,8 @@ AS $$
     ) g;
 $$;
 COMMENT ON FUNCTION change_private.expand(text, text, jsonb, text[], text[]) IS
-    'Internal: the changes a pending row stands for, in order: the row itself, or for a compact row of profile changes (channel profile:*) one change per profile and grain reader (channel profile:{type}:{id}, payload profile_type, correlation_id, paths; readers {reader}).';
+    'The changes a pending row stands for, given its columns (p_channel, p_kind, p_payload, p_readers, p_grains of silo.change_pending), numbered by ord: the row itself (ord 1), or, for a compact row of profile changes (p_channel profile:*), one change per profile and grain reader from p_grains, ordered by correlation id, profile type and reader: channel profile:{type}:{id}, kind p_kind, payload {profile_type, correlation_id, paths: the distinct paths, sorted}, readers {reader}. A compact row without grains stands for nothing. Raises nothing.';
 
--- api.changes_pending: what is pending, as the changes api.change_sequence will make of it, in
--- the order it will number them.
--- Raises: nothing.
 CREATE FUNCTION api.changes_pending()
 RETURNS TABLE (pending_id bigint, channel text, kind text, payload jsonb, readers text[], created timestamptz)
 LANGUAGE sql STABLE
@@ -41,27 +39,21 @@ AS $$
     ORDER BY p.pending_id, e.ord;
 $$;
 COMMENT ON FUNCTION api.changes_pending() IS
-    'The pending changes (silo.change_pending, compact rows expanded) as api.change_sequence will number them: pending_id, channel, kind, payload, readers, created.';
+    'What is pending (the rows of silo.change_pending the caller sees: committed ones and its own), as the changes api.change_sequence will make of them, in the order it numbers them (pending_id, then the order of expansion): compact rows of profile changes expanded into one change per profile and reader. Columns: pending_id (the pending row), channel, kind, payload, readers, created. No arguments; raises nothing.';
 
--- api.change_sequence: moves the committed rows of silo.change_pending into silo.changes (a compact
--- row of profile changes becomes one change per profile and reader, change_private.expand), numbered
--- in pending_id order from silo.change_id_seq, and returns the highest change id (0 when there has
--- never been one). Runs under a transaction advisory lock, so runs are one at a time: a run starts
--- after the previous one committed, its statements see every change committed before, and its ids
--- are all higher than the previous run's. The order of ids is therefore the order in which changes
--- became visible, and a reader of "every change after id N" misses none. The ids of a run are drawn
--- as one block (setval under the lock), so they follow pending_id order exactly.
--- Commits synchronously, on purpose: with synchronous_commit = off, a crash could lose the run
--- (its rows would be sequenced again, which is harmless) together with the advance of the sequence,
--- which is not: the lost ids could be handed out again to other changes after subscribers had been
--- told of them, and a subscriber resuming from such an id would miss changes.
--- Called by every Silo process that serves websockets (on silo_change_pending and once a second),
--- and from psql at will (SELECT api.change_sequence();).
--- p_notify false: no notification; the caller notifies with api.change_announce in a transaction
--- of its own, so that the notification lock PostgreSQL takes at commit (which serializes the
--- commits of every notifying transaction) is not held through this run's WAL flush. Silo
--- processes do that.
--- Raises: nothing. Notifies: silo_changes with the highest id, when it moved rows and p_notify.
+-- Runs under a transaction advisory lock, so runs are one at a time: a run starts after the
+-- previous one committed, its statements see every change committed before, and its ids are all
+-- higher than the previous run's. The order of ids is therefore the order in which changes became
+-- visible, and a reader of "every change after id N" misses none. The ids of a run are drawn as one
+-- block (setval under the lock), so they follow pending_id order exactly.
+-- Its transaction must commit synchronously (synchronous_commit on, the default; the function does
+-- not set it): with synchronous_commit = off, a crash could lose the run (its rows would be
+-- sequenced again, which is harmless) together with the advance of the sequence, which is not: the
+-- lost ids could be handed out again to other changes after subscribers had been told of them, and
+-- a subscriber resuming from such an id would miss changes.
+-- p_notify false exists so that the notification lock PostgreSQL takes at commit (which serializes
+-- the commits of every notifying transaction) is not held through this run's WAL flush: Silo
+-- processes notify with api.change_announce in a transaction of their own.
 CREATE FUNCTION api.change_sequence(p_notify boolean DEFAULT true)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -97,12 +89,11 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.change_sequence(boolean) IS
-    'Moves committed pending changes (silo.change_pending) into the change log silo.changes, numbered in commit order, one run at a time; returns the highest id (0: no change yet) and, unless p_notify is false, notifies silo_changes with it. Commits synchronously so that ids are never reused after a crash.';
+    'Moves the committed rows of silo.change_pending into the change log silo.changes (compact rows of profile changes expanded into one change per profile and reader), numbered from silo.change_id_seq in pending_id order, one run at a time (a transaction advisory lock, held to the end of the caller''s transaction): ids increase in the order changes became visible. p_notify (default true; NULL counts as true): notify silo_changes with the highest id when rows moved; false leaves the notification to api.change_announce in a transaction of its own, as Silo processes do. Returns the highest change id handed out so far (0: none yet). Its transaction must commit synchronously (synchronous_commit on, the default), else a crash could hand announced ids out again. Raises nothing. Called by the websocket hub of every Silo process, and from psql at will (SELECT api.change_sequence();), in a short transaction.';
 
--- api.change_announce: notifies silo_changes with p_last_id, in a transaction that commits
--- asynchronously (a lost notification costs at most a poll interval: every process also reads the
--- log once a second). Silo processes call it after api.change_sequence(false) moved changes.
--- Raises: nothing. Notifies: silo_changes.
+-- Asynchronous commit: a notifying transaction holds PostgreSQL's notification lock through its
+-- commit, and a synchronous commit would hold it through a WAL flush. A lost notification costs at
+-- most a poll interval: every process also reads the log once a second.
 CREATE FUNCTION api.change_announce(p_last_id bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -113,4 +104,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.change_announce(bigint) IS
-    'Notifies silo_changes with p_last_id (the highest change id), committing asynchronously: what Silo processes call after api.change_sequence(false).';
+    'Notifies silo_changes with p_last_id, the highest change id (as api.change_sequence(false) returned it), so that the websocket hub of every Silo process reads the new changes; what Silo processes call after api.change_sequence(false) moved changes. Sets synchronous_commit off for the rest of the caller''s transaction, so call it in a transaction of its own. Returns nothing; raises nothing.';

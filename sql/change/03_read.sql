@@ -1,11 +1,11 @@
--- Change notifications, reading and trimming the log: the hub's feed (api.changes_after), a
--- resuming subscriber's replay (api.changes_since, api.change_resume), the state for DBAs
--- (api.change_status) and the periodic trim (api.change_trim).
+-- Change notifications, reading and trimming the log: the websocket hub's feed
+-- (api.changes_after), a resuming subscriber's replay (api.changes_since, api.change_resume), the
+-- state for DBAs (api.change_status) and the periodic trim (api.change_trim). Every read is by id
+-- range, because ids are the resume positions; the trim horizon (silo.change_horizon) tells a
+-- resuming subscriber whether the changes after its id are all still there.
 
--- api.changes_after: every change after id p_after, oldest first, at most p_limit (1..10000),
--- unfiltered. What each Silo process reads after a silo_changes notification to fan changes out to
--- its subscribers (which it filters with the rule at the top of this file).
--- Raises: SLINV when p_limit is outside 1..10000.
+-- Unfiltered on purpose: each process reads a change once and filters it in memory for all its
+-- subscribers.
 CREATE FUNCTION api.changes_after(p_after bigint, p_limit integer DEFAULT 1000)
 RETURNS SETOF silo.changes
 LANGUAGE plpgsql STABLE
@@ -22,16 +22,11 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.changes_after(bigint, integer) IS
-    'Every change after id p_after, oldest first, at most p_limit (1..10000), without filtering: the feed of the websocket hub. Raises SLINV for a bad limit.';
+    'Every change after id p_after (NULL counts as 0), oldest first, at most p_limit (default 1000, 1..10000), without filtering: rows of silo.changes (id, channel, kind, payload, readers, created, sequenced). The feed of the websocket hub, which filters it per subscriber with the rule of api.changes_since (specified in sql/change/01_publish.sql). Raises SLINV when p_limit is NULL or outside 1..10000.';
 
--- api.changes_since: the changes after id p_after that a subscriber receives: on one of the
--- channels p_channels (patterns: exact, or ending in * for a prefix) and visible to it (p_is_admin,
--- or its readers p_readers overlap the change's readers), oldest first, at most p_limit (1..10000).
--- This is the rule the websocket hub applies to live changes (server/hub.go mirrors it). Resuming
--- subscribers page through it with the id of the last row.
--- Raises: SLINV for a bad limit, more than 1000 patterns, or a pattern that is NULL, empty, longer
--- than 1000 characters or has a * before its end; SCEXP when the log has been trimmed past
--- p_after (changes after it may be gone: api.change_resume says where to go on from).
+-- This is the rule the websocket hub applies to live changes, which it mirrors in memory. The
+-- patterns are split once into exact names (= ANY) and prefixes (LIKE ANY, with \, % and _ escaped
+-- so that they match only themselves), so that one query serves every pattern.
 CREATE FUNCTION api.changes_since(p_after bigint, p_channels text[], p_readers text[], p_is_admin boolean,
                                   p_limit integer DEFAULT 1000)
 RETURNS SETOF silo.changes
@@ -79,15 +74,10 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.changes_since(bigint, text[], text[], boolean, integer) IS
-    'Changes after id p_after on channels p_channels (exact names, or prefixes ending in *) that a subscriber with readers p_readers (or an admin) may see, oldest first, at most p_limit (1..10000): the replay of a resuming websocket subscriber. Raises SLINV for bad arguments, SCEXP when the log was trimmed past p_after.';
+    'The changes after id p_after (NULL counts as 0) that a subscriber receives, oldest first, at most p_limit (default 1000, 1..10000): rows of silo.changes (id, channel, kind, payload, readers, created, sequenced). p_channels: up to 1000 patterns, each a channel name or a prefix ending in * (* alone: every channel); NULL or empty: no rows. p_readers: the subscriber''s readers (_all, _auth and its roles, as api.token_authenticate returns them); a change is visible when they overlap its readers. p_is_admin (NULL counts as false): sees every change. The replay of a resuming websocket subscriber, which pages through it with the id of the last row. Raises SLINV when p_limit is NULL or outside 1..10000, for more than 1000 patterns, or for a pattern that is NULL, empty, longer than 1000 characters or has a * before its end; SCEXP when the log has been trimmed past p_after (changes after it may be gone: api.change_resume says where to go on from).';
 
--- api.change_resume: where a subscriber that last saw change p_after goes on from. status ok:
--- every change after p_after is still in the log (resume_after = p_after). expired: the log was
--- trimmed past p_after, changes may have been missed; the kept ones follow resume_after (the trim
--- horizon). ahead: p_after is beyond every id this log has handed out (the database was restored or
--- replaced); resume_after is the highest change id. Also returns the trim horizon and the highest
--- change id.
--- Raises: nothing.
+-- ahead is judged against the sequence as well as the log: every id a run has drawn counts as
+-- handed out, even one whose rows this snapshot does not show.
 CREATE FUNCTION api.change_resume(
     p_after bigint,
     OUT status text,
@@ -120,13 +110,8 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.change_resume(bigint) IS
-    'Where a subscriber that last saw change p_after goes on from: status ok (nothing lost, resume_after = p_after), expired (the log was trimmed past p_after; resume_after is the trim horizon) or ahead (p_after was never handed out by this log; resume_after is the highest id); with the trim horizon and the highest change id.';
+    'Where a subscriber that last saw change p_after (NULL counts as 0) goes on from. One row: status ok (every change after p_after is still in the log; resume_after = p_after), expired (the log was trimmed past p_after, changes may have been missed; the kept ones follow resume_after, the trim horizon) or ahead (p_after is beyond every id this log has handed out: the database was restored or replaced; resume_after is the highest change id); trimmed_through, the trim horizon; last_id, the highest change id (the trim horizon when the log is empty). Raises nothing.';
 
--- api.change_status: the state of the change log for DBAs and for a starting Silo process:
--- last_id the highest change id (0: none; the trim horizon when the log is empty), oldest_id the
--- lowest id kept (NULL: none), trimmed_through the trim horizon, pending the rows waiting for
--- api.change_sequence, retention the change_retention setting.
--- Raises: nothing.
 CREATE FUNCTION api.change_status(
     OUT last_id bigint,
     OUT oldest_id bigint,
@@ -143,15 +128,13 @@ AS $$
     FROM silo.change_horizon h;
 $$;
 COMMENT ON FUNCTION api.change_status() IS
-    'State of the change log: last_id (highest change id), oldest_id (lowest kept), trimmed_through (trim horizon), pending (rows waiting for api.change_sequence), retention (silo.settings change_retention).';
+    'The state of the change log, for DBAs and for a starting Silo process (whose websocket hub starts its feed at last_id). One row: last_id, the highest change id (0: none yet; the trim horizon when the log is empty); oldest_id, the lowest id kept (NULL: the log is empty); trimmed_through, the trim horizon; pending, the rows of silo.change_pending waiting for api.change_sequence; retention, the silo.settings value change_retention as written (default 24 hours). No arguments; raises nothing.';
 
--- api.change_trim: deletes the changes sequenced more than p_retention ago (NULL: silo.settings
--- change_retention, default 24 hours) and every change with a lower id, moves the trim horizon,
--- and deletes pending changes written before the same cutoff (left pending because no Silo process
--- listened: they would be past the retention once sequenced). Returns how many rows it deleted
--- from both tables. It does not take the sequencer's lock, so sequencing goes on while it runs.
--- Run by a River periodic job (queue maintenance).
--- Raises: SLINV when the retention (argument or setting) is negative or not an interval.
+-- Deletes by id, up to the newest expired change, so that the log stays every change after the
+-- horizon and the horizon is exact. It does not take the sequencer's lock, so sequencing goes on
+-- while it runs: new ids are all higher than the ones it deletes. Pending changes past the cutoff
+-- were left because no Silo process sequenced them; numbered now, they would be past the retention
+-- already.
 CREATE FUNCTION api.change_trim(p_retention interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -180,4 +163,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.change_trim(interval) IS
-    'Deletes changes sequenced more than p_retention ago (NULL: silo.settings change_retention) with every lower id, moves the trim horizon (silo.change_horizon), and deletes pending changes older than the same cutoff; returns the rows deleted. Raises SLINV for a negative or unreadable retention.';
+    'Trims the change log: deletes the changes sequenced more than p_retention ago (default NULL: silo.settings change_retention, default 24 hours) and every change with a lower id, moves the trim horizon (silo.change_horizon) to the highest id deleted, and deletes the pending changes created before the same cutoff. Returns the rows deleted from both tables. Subscribers resuming from below the new horizon get SCEXP from api.changes_since. Raises SLINV when the retention (argument or setting) is negative or the setting is not an interval. Run by the River periodic job change_trim (queue maintenance).';

@@ -1,12 +1,12 @@
 -- Settings: rows of silo.settings (key, value, description) that a DBA reads and changes with plain
 -- SQL. Each domain adds its keys in its migration and reads them at run time through
--- settings_private.setting and settings_private.setting_interval.
+-- settings_private.setting and settings_private.setting_interval, at every call and never cached,
+-- so that an UPDATE takes effect with the next call and needs no restart. (They are not the
+-- PostgreSQL settings silo.change_notify and the like, which belong to sessions and databases.)
 
 CREATE SCHEMA settings_private;
 COMMENT ON SCHEMA settings_private IS 'Internals of settings (sql/settings/): not a public contract. Rebuilt with schema api.';
 
--- settings_private.setting: the value of setting p_key, or p_default when the row is missing.
--- Raises: nothing.
 CREATE FUNCTION settings_private.setting(p_key text, p_default text)
 RETURNS text
 LANGUAGE sql STABLE
@@ -14,11 +14,11 @@ AS $$
     SELECT coalesce((SELECT s.value FROM silo.settings s WHERE s.key = p_key), p_default);
 $$;
 COMMENT ON FUNCTION settings_private.setting(text, text) IS
-    'The value of silo.settings key p_key, or p_default when there is no such row.';
+    'The value (text) of silo.settings key p_key, or p_default when there is no such row. Raises nothing.';
 
--- settings_private.setting_interval: setting p_key as an interval (p_default when the row is missing); for
--- retention settings, which may not be negative.
--- Raises: SLINV when the value is not an interval or is negative.
+-- A bad value raises rather than falling back to p_default: a retention a DBA mistyped must show,
+-- not be silently replaced. For a value that is no interval, the hint gives the UPDATE that restores
+-- the default.
 CREATE FUNCTION settings_private.setting_interval(p_key text, p_default text)
 RETURNS interval
 LANGUAGE plpgsql STABLE
@@ -40,4 +40,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION settings_private.setting_interval(text, text) IS
-    'The value of silo.settings key p_key (p_default when missing) as a non-negative interval. Raises SLINV when it is not an interval or is negative.';
+    'The value of silo.settings key p_key as a non-negative interval, for retention settings; p_default (interval text, e.g. 24 hours) when there is no such row. Raises SLINV when the value is not an interval or is negative.';
