@@ -54,7 +54,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, apiLockKey)
 			if err == nil {
-				_, err = tx.Exec(ctx, `DROP SCHEMA IF EXISTS api CASCADE`)
+				_, err = tx.Exec(ctx, dropCode)
 			}
 			return err
 		})
@@ -74,7 +74,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 
 // MigrateDown rolls every goose migration back (schema api first). For tests of the migrations.
 func MigrateDown(ctx context.Context, pool *pgxpool.Pool) error {
-	if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS api CASCADE`); err != nil {
+	if _, err := pool.Exec(ctx, dropCode); err != nil {
 		return fmt.Errorf("error dropping schema api: %w", err)
 	}
 	provider, closeDB, err := newProvider(pool)
@@ -125,15 +125,23 @@ func migrateRiver(ctx context.Context, pool *pgxpool.Pool, dir rivermigrate.Dire
 	return nil
 }
 
-// APICode returns the sql/ files in the order they are run and the hash of their content.
+// APICode returns the sql/ files in the order they are run (api.sql, then each folder of
+// apisql.Domains in order, its files in name order) and the hash of their content.
 func APICode() (names []string, contents []string, hash string, err error) {
-	entries, err := fs.Glob(apisql.FS, "*.sql")
-	if err != nil {
-		return nil, nil, "", err
+	files := []string{"api.sql"}
+	for _, domain := range apisql.Domains {
+		entries, err := fs.Glob(apisql.FS, domain+"/*.sql")
+		if err != nil {
+			return nil, nil, "", err
+		}
+		if len(entries) == 0 {
+			return nil, nil, "", fmt.Errorf("sql/%s: no .sql files", domain)
+		}
+		sort.Strings(entries)
+		files = append(files, entries...)
 	}
-	sort.Strings(entries)
 	h := sha256.New()
-	for _, name := range entries {
+	for _, name := range files {
 		b, err := fs.ReadFile(apisql.FS, name)
 		if err != nil {
 			return nil, nil, "", err
@@ -146,7 +154,21 @@ func APICode() (names []string, contents []string, hash string, err error) {
 	return names, contents, hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// rebuildAPI drops schema api and runs sql/*.sql in one transaction under an advisory lock,
+// dropCode drops the schemas sql/ builds: api and every <domain>_private schema. Nothing in
+// migrations/ depends on them, so the cascade removes only views, functions and triggers of sql/.
+const dropCode = `DO $drop$
+DECLARE
+    v_schema name;
+BEGIN
+    FOR v_schema IN SELECT n.nspname FROM pg_namespace n
+                    WHERE n.nspname = 'api' OR n.nspname LIKE '%\_private' ORDER BY n.nspname LOOP
+        EXECUTE format('DROP SCHEMA %I CASCADE', v_schema);
+    END LOOP;
+END
+$drop$`
+
+// rebuildAPI drops schema api and the private schemas and runs the sql/ files in one transaction
+// under an advisory lock,
 // unless silo.api_code already records the same code.
 func rebuildAPI(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	names, contents, hash, err := APICode()
@@ -165,7 +187,7 @@ func rebuildAPI(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error
 		if current == hash {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, `DROP SCHEMA IF EXISTS api CASCADE`); err != nil {
+		if _, err := tx.Exec(ctx, dropCode); err != nil {
 			return fmt.Errorf("error dropping schema api: %w", err)
 		}
 		for i, body := range contents {

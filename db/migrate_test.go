@@ -91,17 +91,29 @@ func TestMigrateRebuildsChangedAPI(t *testing.T) {
 	require.Zero(t, n)
 }
 
-// Every function, view and table of Silo's schemas carries a COMMENT for DBAs.
+// Every function, view, table, type and schema of Silo's schemas carries a COMMENT for DBAs.
 func TestEverythingCommented(t *testing.T) {
 	t.Parallel()
 	tx := dbtest.Tx(t)
 	rows, err := tx.Query(context.Background(), `
 		SELECT 'function ' || p.oid::regprocedure::text FROM pg_proc p
-		WHERE p.pronamespace = 'api'::regnamespace AND obj_description(p.oid, 'pg_proc') IS NULL
+		JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE (n.nspname = 'api' OR n.nspname LIKE '%\_private') AND obj_description(p.oid, 'pg_proc') IS NULL
 		UNION ALL
 		SELECT 'relation ' || c.oid::regclass::text FROM pg_class c
-		WHERE c.relnamespace::regnamespace::text IN ('api', 'silo', 'profile') AND c.relkind IN ('r', 'v', 'p', 'm')
-		  AND obj_description(c.oid, 'pg_class') IS NULL`)
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE (n.nspname IN ('api', 'silo', 'profile') OR n.nspname LIKE '%\_private') AND c.relkind IN ('r', 'v', 'p', 'm')
+		  AND obj_description(c.oid, 'pg_class') IS NULL
+		UNION ALL
+		SELECT 'type ' || t.oid::regtype::text FROM pg_type t
+		JOIN pg_namespace n ON n.oid = t.typnamespace
+		WHERE (n.nspname = 'api' OR n.nspname LIKE '%\_private') AND t.typtype = 'c'
+		  AND NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = t.typrelid AND c.relkind <> 'c')
+		  AND obj_description(t.oid, 'pg_type') IS NULL
+		UNION ALL
+		SELECT 'schema ' || n.nspname FROM pg_namespace n
+		WHERE (n.nspname IN ('api', 'silo', 'profile') OR n.nspname LIKE '%\_private')
+		  AND obj_description(n.oid, 'pg_namespace') IS NULL`)
 	require.NoError(t, err)
 	var missing []string
 	for rows.Next() {

@@ -113,6 +113,14 @@ type APIToken struct {
 	Revoked  *time.Time `json:"revoked"`
 }
 
+// Internal: where SQL publishes changes set-based: INSERT INTO change_private.outbox (channel, kind, payload, readers) SELECT ... (payload: a JSON object, never the data itself; readers: who may see it, empty for admins only). The rows are sequenced into silo.changes after commit.
+type ChangePrivateOutbox struct {
+	Channel string          `json:"channel"`
+	Kind    string          `json:"kind"`
+	Payload json.RawMessage `json:"payload"`
+	Readers []string        `json:"readers"`
+}
+
 // Dead letter table: profile updates that could not be applied, kept whole with the reason. List with api.profile_dead_letter_list, replay with api.profile_dead_letter_replay.
 type ProfileDeadLetter struct {
 	ID int64 `json:"id"`
@@ -270,7 +278,7 @@ type SiloChangeHorizon struct {
 	TrimmedThrough int64 `json:"trimmedThrough"`
 }
 
-// Changes committed (or about to be) and not yet numbered: api.change_sequence moves them into silo.changes in commit order. Written in the transaction of each change.
+// Changes committed (or about to be) and not yet numbered: api.change_sequence moves them into silo.changes in commit order. Written in the transaction of each change, only through the publishing functions of sql/change/ (api.change_publish, change_private.outbox, change_private.publish_grains).
 type SiloChangePending struct {
 	PendingID int64 `json:"pendingId"`
 	// Channel of the change, e.g. profile:customer:0815, dead-letters, reaper. profile:* marks the changes of one statement on profile.profilestore in compact form (aligned arrays in grains), which api.change_sequence expands into one change per profile and reader; api.changes_pending() shows them expanded.
@@ -282,7 +290,7 @@ type SiloChangePending struct {
 	// Who may see the change: subscribers whose readers (_all, _auth, roles) overlap it; admins see every change; empty means admins only.
 	Readers []string  `json:"readers"`
 	Created time.Time `json:"created"`
-	// A compact row of profile changes (channel profile:*): the grains one statement wrote or deleted, as four aligned rows: correlation ids, profile types, readers, paths (api.change_grains). NULL for other channels.
+	// A compact row of profile changes (channel profile:*): the grains one statement wrote or deleted, as four aligned rows: correlation ids, profile types, readers, paths (written by change_private.publish_grains). NULL for other channels.
 	Grains []string `json:"grains"`
 }
 

@@ -449,7 +449,7 @@ func TestProfileCounterShapes(t *testing.T) {
 		"|", "", "1.5|2|3", "+1|-2|3", "1e3|1|1", "1e9999|1|1", "a|b|c", "١|2|3", "1 |2|3", " 1|2|3",
 		strings.Repeat("9", 390) + "|1|1", strings.Repeat("9", 400) + "|1|1"} {
 		var got, want []string
-		require.NoError(t, tx.QueryRow(ctx, `SELECT api.profile_counter($1)::text[]`, v).Scan(&got), v)
+		require.NoError(t, tx.QueryRow(ctx, `SELECT profile_private.counter($1)::text[]`, v).Scan(&got), v)
 		require.NoError(t, tx.QueryRow(ctx, `SELECT (`+strict+`)::text[]`, v).Scan(&want), v)
 		require.Equal(t, want, got, "%q", v)
 	}

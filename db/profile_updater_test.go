@@ -489,7 +489,7 @@ func TestProfileEnqueueNotifies(t *testing.T) {
 		require.NoError(t, err)
 	}
 	var sameLane bool
-	require.NoError(t, pool.QueryRow(ctx, `SELECT api.profile_inbox_lane('{"_id":"n"}', 64) = api.profile_inbox_lane('{"_id":"m"}', 64)`).Scan(&sameLane))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT profile_private.inbox_lane('{"_id":"n"}', 64) = profile_private.inbox_lane('{"_id":"m"}', 64)`).Scan(&sameLane))
 	want := []string{"low", "high", "low"}
 	if sameLane {
 		want = want[:2]
@@ -518,7 +518,7 @@ func TestProfileEnqueueWaitsForALaneCountChange(t *testing.T) {
 	// An id whose lane differs between 64 and 8 lanes.
 	var id string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT 'x' || n FROM generate_series(1, 100) n
-		WHERE api.profile_inbox_lane(jsonb_build_object('_id', 'x' || n), 64) >= 8 LIMIT 1`).Scan(&id))
+		WHERE profile_private.inbox_lane(jsonb_build_object('_id', 'x' || n), 64) >= 8 LIMIT 1`).Scan(&id))
 
 	// The enqueue runs on a session whose plans are cached already (generic plans after five runs).
 	enq, err := pool.Acquire(ctx)
@@ -550,7 +550,7 @@ func TestProfileEnqueueWaitsForALaneCountChange(t *testing.T) {
 	require.NoError(t, <-done)
 
 	var lane, want int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT lane, api.profile_inbox_lane(message, 8) FROM profile.inbox`).Scan(&lane, &want))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT lane, profile_private.inbox_lane(message, 8) FROM profile.inbox`).Scan(&lane, &want))
 	require.Equal(t, want, lane)
 	require.Less(t, lane, 8)
 }

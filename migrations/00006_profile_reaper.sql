@@ -1,6 +1,6 @@
 -- +goose Up
 -- The reaper: grains past inserted + ttl are deleted, grains past inserted + ttn are notified once
--- (api.profile_reap, sql/025_profile_reaper.sql). Every deletion and notification is recorded here
+-- (api.profile_reap, sql/profile/10_reaper.sql). Every deletion and notification is recorded here
 -- for consumers (belts) and published on the change channel 'reaper'.
 
 -- One notification per TTN value: after notifying a grain the reaper sets its notify_at to NULL.

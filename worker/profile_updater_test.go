@@ -270,7 +270,7 @@ func TestUpdaterRetriesABlockedLane(t *testing.T) {
 	var poisonLane int32 = lanes[0].Lane
 	for _, id := range ids("ok", 10) {
 		var lane int32
-		require.NoError(t, pool.QueryRow(ctx, `SELECT api.profile_inbox_lane(jsonb_build_object('_id', $1::text), 64)`, id).Scan(&lane))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT profile_private.inbox_lane(jsonb_build_object('_id', $1::text), 64)`, id).Scan(&lane))
 		if lane != poisonLane {
 			require.Eventually(t, func() bool { return len(seqOf(t, pool, id)) == 5 }, 30*time.Second, 20*time.Millisecond, id)
 		}

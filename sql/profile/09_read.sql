@@ -1,6 +1,7 @@
 -- Profile store, read path: a profile as Granary's JSON document (api.profile_get), one grain's
 -- versions page by page (api.profile_grain_get), and flat views for psql (api.profilestore_latest,
--- api.profilestore_history, api.profile_links).
+-- api.profilestore_history, api.profile_links). The HTTP layer and psql users read through these
+-- alone, so the rules below (readers, fragments, order, not found) hold for every reader.
 --
 -- The document of a profile:
 --   {"_id": "0815",
@@ -29,9 +30,9 @@
 -- level by level. Most of the cost is the text of the pits themselves (about 2 microseconds each).
 -- Certainties are written as the real they are stored as (0.4, not 0.4000000059604645).
 
--- api.profile_pit_json: internal. One pit as a JSON object member, "<pit>":{"_v":...}, in text.
--- Keys and strings are escaped by to_json; a NULL origin is null.
-CREATE FUNCTION api.profile_pit_json(
+-- Text rather than jsonb: the documents are concatenated in one pass (see above), and to_json
+-- escapes the keys and strings. STABLE, not IMMUTABLE: real::text follows extra_float_digits.
+CREATE FUNCTION profile_private.pit_json(
     p_pit text, p_value jsonb, p_certainty real, p_inserted bigint,
     p_ttl text, p_ttn text, p_origin text, p_reader text)
 RETURNS text
@@ -45,28 +46,21 @@ AS $$
         || ',"_origin":' || coalesce(to_json(p_origin)::text, 'null')
         || ',"_reader":' || to_json(p_reader)::text || '}';
 $$;
-COMMENT ON FUNCTION api.profile_pit_json(text, jsonb, real, bigint, text, text, text, text) IS
-    'Internal: one point in time of a grain as JSON text, "<pit>":{"_v","_c","_in","_ttl","_ttn","_origin","_reader"}, for the documents of api.profile_get and api.profile_grain_get.';
+COMMENT ON FUNCTION profile_private.pit_json(text, jsonb, real, bigint, text, text, text, text) IS
+    'One point in time of a grain as a JSON object member in text, "<p_pit>":{"_v":p_value,"_c":p_certainty,"_in":p_inserted,"_ttl":p_ttl,"_ttn":p_ttn,"_origin":p_origin,"_reader":p_reader}, for the documents of api.profile_get and api.profile_grain_get. The arguments are the columns of a profile.profilestore row; a NULL p_origin is written as null, any other NULL argument makes the result NULL. Raises nothing.';
 
--- api.profile_path_normalize: internal. A path or fragment as the store writes it: one leading
--- slash, no trailing slash ('customer/name/' -> '/customer/name'); '' for the root ('', '/',
--- NULL).
-CREATE FUNCTION api.profile_path_normalize(p_path text)
+CREATE FUNCTION profile_private.path_normalize(p_path text)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT CASE WHEN btrim(coalesce(p_path, ''), '/') = '' THEN '' ELSE '/' || btrim(p_path, '/') END;
 $$;
-COMMENT ON FUNCTION api.profile_path_normalize(text) IS
-    'Internal: a grain path or fragment with one leading slash and no trailing slash, as profile.profilestore.path stores it; the empty string for the root (and NULL).';
+COMMENT ON FUNCTION profile_private.path_normalize(text) IS
+    'Grain path or fragment p_path as profile.profilestore.path stores it: one leading slash, no trailing slash (customer/name/ becomes /customer/name); the empty string for the root ('''', / or NULL). Raises nothing.';
 
--- api.profile_get: a profile as Granary's jsonPayload document {"_id": ..., <fragments and
--- grains>}, every grain with its pits. p_fragments restricts it to those paths and what lies
--- below them; p_with_history false keeps only _latest; p_resolve_links reads the final target of
--- the correlation id's profile links (the correlation_id returned is the one read); p_readers
--- restricts it to grains with those readers (NULL: no restriction).
--- Raises: SLINV when p_profile_type or p_correlation_id is NULL or empty; SLNFD when nothing
--- (readable, in the fragments) is found.
+-- Each fragment becomes an exact path and a LIKE prefix ending in '/%', with \, % and _ escaped
+-- (paths contain _), so that /a matches /a and /a/b but never /ab. The rows come in document
+-- order, so one loop opens and closes the objects as the path changes.
 CREATE FUNCTION api.profile_get(
     p_profile_type text,
     p_correlation_id text,
@@ -105,7 +99,7 @@ BEGIN
     IF p_fragments IS NOT NULL THEN
         SELECT array_agg(n.f), array_agg(replace(replace(replace(n.f, '\', '\\'), '%', '\%'), '_', '\_') || '/%')
         INTO v_equal, v_below
-        FROM (SELECT DISTINCT api.profile_path_normalize(f) AS f FROM unnest(p_fragments) AS u(f) WHERE f IS NOT NULL) AS n
+        FROM (SELECT DISTINCT profile_private.path_normalize(f) AS f FROM unnest(p_fragments) AS u(f) WHERE f IS NOT NULL) AS n
         HAVING bool_and(n.f <> '');
     END IF;
 
@@ -113,7 +107,7 @@ BEGIN
     FOR v_row IN
         SELECT p.path,
                string_to_array(substr(p.path, 2), '/') COLLATE "C" AS segs,
-               api.profile_pit_json(p.pit, p.value, p.certainty, p.inserted, p.ttl, p.ttn, p.origin, p.reader) AS pit
+               profile_private.pit_json(p.pit, p.value, p.certainty, p.inserted, p.ttl, p.ttn, p.origin, p.reader) AS pit
         FROM profile.profilestore AS p
         WHERE p.correlation_id = profile_get.correlation_id
           AND p.profile_type = p_profile_type
@@ -154,17 +148,12 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_get(text, text, text[], boolean, boolean, text[]) IS
-    'A profile as Granary''s jsonPayload document {"_id", <fragments and grains>}, each grain with its pits {"_v","_c","_in","_ttl","_ttn","_origin","_reader"}. p_fragments: paths whose subtrees to keep (whole segments); p_with_history false: _latest only; p_resolve_links: read the final target of the id''s profile links; p_readers: only grains with these readers (NULL: all). Raises SLINV for a missing type or id, SLNFD when nothing readable is found.';
+    'A profile as Granary''s jsonPayload document. p_profile_type, p_correlation_id: the profile (required). p_fragments (default NULL: the whole profile): keep only these paths and what lies below them, whole segments, with or without the leading slash; NULL elements are ignored, an empty array or a fragment '''' or / is the whole profile. p_with_history (default true): false keeps only the _latest pits. p_resolve_links (default false): true reads the final target of the id''s profile links (api.profile_link_resolve). p_readers (default NULL: every pit): only pits whose reader is one of these. Returns one row: correlation_id (the id read: the link target when links were resolved), profile_type, json_payload {"_id", <fragments and grains>}, each grain with its pits "<pit>":{"_v","_c","_in","_ttl","_ttn","_origin","_reader"}, history oldest first, then _latest, then its children. Raises SLINV when p_profile_type or p_correlation_id is NULL or empty; SLNFD when nothing readable is found in the fragments (no such profile, or nothing the readers may read; the DETAIL names the link target when links were resolved).';
 
--- api.profile_grain_get: one grain of a profile, a page of its versions, in the document shape of
--- api.profile_get: {"_id": ..., "customer": {"contract": {"_latest": {...}, "_2021...": {...}}}}.
--- The versions are _latest first, then the history newest first; p_with_history false reads
--- _latest only. p_page_size (1 to 250) and p_offset (0 or more) select the page; a page past the
--- end holds no pits. total_grain_versions counts every readable version, on every page.
--- p_path: 'customer/contract' or '/customer/contract'.
--- Raises: SLINV when p_profile_type or p_correlation_id is NULL or empty, when p_page_size or
--- p_offset is out of range, when p_path is empty or only a fragment (grains below it, none at it);
--- SLNFD when nothing readable is found at or below the path.
+-- The count and the page are separate statements: total_grain_versions counts the readable
+-- versions whatever the page, and a page past the end is still a document, without pits. A path
+-- with nothing readable at it but grains below it is a fragment: SLINV rather than SLNFD, so the
+-- caller learns to name a grain.
 CREATE FUNCTION api.profile_grain_get(
     p_profile_type text,
     p_correlation_id text,
@@ -181,7 +170,7 @@ CREATE FUNCTION api.profile_grain_get(
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_path      text := api.profile_path_normalize(p_path);
+    v_path      text := profile_private.path_normalize(p_path);
     v_history   boolean := coalesce(p_with_history, true);
     v_page_size integer := coalesce(p_page_size, 250);
     v_offset    integer := coalesce(p_offset, 0);
@@ -241,7 +230,7 @@ BEGIN
     SELECT string_agg(g.pit, ',' ORDER BY g.is_latest DESC, g.pit_name COLLATE "C" DESC)
     INTO v_pits
     FROM (SELECT p.pit = '_latest' AS is_latest, p.pit AS pit_name,
-                 api.profile_pit_json(p.pit, p.value, p.certainty, p.inserted, p.ttl, p.ttn, p.origin, p.reader) AS pit
+                 profile_private.pit_json(p.pit, p.value, p.certainty, p.inserted, p.ttl, p.ttn, p.origin, p.reader) AS pit
           FROM profile.profilestore AS p
           WHERE p.correlation_id = profile_grain_get.correlation_id
             AND p.profile_type = p_profile_type
@@ -259,11 +248,9 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_grain_get(text, text, text, boolean, integer, integer, boolean, text[]) IS
-    'One grain of a profile, a page of its versions (_latest first, then history newest first), in the document shape of api.profile_get, with total_grain_versions, the number of readable versions. p_path: customer/contract or /customer/contract; p_page_size 1 to 250; p_offset 0 or more; p_with_history false: _latest only; p_resolve_links, p_readers as in api.profile_get. Raises SLINV for a bad page, an empty path or the path of a fragment, SLNFD when nothing readable is found.';
+    'One grain of a profile, a page of its versions, in the document shape of api.profile_get: {"_id", "customer": {"contract": {"_latest": {...}, "_2021...": {...}}}}. p_profile_type, p_correlation_id: the profile (required). p_path: the grain, customer/contract or /customer/contract (required). p_with_history (default true): false reads _latest only. p_page_size (default 250; 1 to 250) and p_offset (default 0; 0 or more) select the page of versions, _latest first, then the history newest first; a page past the end holds no pits. p_resolve_links (default false) and p_readers (default NULL: every pit) as in api.profile_get. Returns one row: correlation_id (the id read), profile_type, json_payload, total_grain_versions (the readable versions on every page). Raises SLINV when p_profile_type or p_correlation_id is NULL or empty, p_page_size is not 1 to 250, p_offset is negative, p_path is empty, or p_path is a fragment (nothing readable at it, grains below it); SLNFD when nothing readable is found at the path (the DETAIL names the link target when links were resolved).';
 
--- api.profilestore_history: the profile store flat, every point in time of every grain, with the
--- value decoded by grain type and the insertion time as a timestamp. For psql. (The redundant
--- casts in the views tell sqlc the column types of its generated models.)
+-- The redundant casts in these views tell sqlc the column types of its generated models.
 CREATE VIEW api.profilestore_history AS
 SELECT p.correlation_id,
        p.profile_type,
@@ -291,10 +278,10 @@ SELECT p.correlation_id,
        p.value
 FROM profile.profilestore AS p;
 COMMENT ON VIEW api.profilestore_history IS
-    'The profile store flat for psql: every point in time (pit) of every grain, the value decoded by grain type (value_text for t, value_array for a, counter_current/counter_step/counter_initial for c, value as stored), inserted as a timestamp.';
+    'The profile store flat, for psql: one row per point in time (pit) of every grain: correlation_id, profile_type, path, pit, grain_type, the value decoded by grain type (value_text for t, value_array for a, counter_current, counter_step and counter_initial for c), certainty, inserted (as a timestamp), ttl, ttn, reader, origin, expires_at, notify_at and value as stored (jsonb).';
 
--- api.profilestore_latest: the current value of every grain (pit _latest), decoded as in
--- api.profilestore_history. For psql.
+-- Read through api.profilestore_history so the decoding lives in one place; the view is inlined,
+-- so the pit filter reaches the table scan.
 CREATE VIEW api.profilestore_latest AS
 SELECT h.correlation_id, h.profile_type, h.path, h.grain_type, h.value_text, h.value_array,
        h.counter_current, h.counter_step, h.counter_initial, h.certainty, h.inserted, h.ttl, h.ttn,
@@ -302,10 +289,11 @@ SELECT h.correlation_id, h.profile_type, h.path, h.grain_type, h.value_text, h.v
 FROM api.profilestore_history AS h
 WHERE h.pit = '_latest';
 COMMENT ON VIEW api.profilestore_latest IS
-    'The profile store flat for psql: one row per grain with its current value (pit _latest), decoded as in api.profilestore_history.';
+    'The profile store flat, for psql: one row per grain with its current value (pit _latest), the columns of api.profilestore_history without pit.';
 
--- api.profile_links: every profile link, from the linked correlation id to its target, with the
--- final target reached through further links and when the link was written. For psql.
+-- A profile link is the _latest row of profile type profile_link at /new whose value is the
+-- target id (sql/profile/03_link.sql). Each row follows its chain of links: fine for psql, not a
+-- query for bulk reads.
 CREATE VIEW api.profile_links AS
 SELECT p.correlation_id,
        (p.value #>> '{}')::text AS target_correlation_id,
@@ -315,4 +303,4 @@ SELECT p.correlation_id,
 FROM profile.profilestore AS p
 WHERE p.profile_type = 'profile_link' AND p.path = '/new' AND p.pit = '_latest';
 COMMENT ON VIEW api.profile_links IS
-    'Profile links: updates for correlation_id go to target_correlation_id; resolved_correlation_id is the final target through further links (what api.profile_get reads with p_resolve_links). inserted: when the link was written.';
+    'Profile links, for psql: updates for correlation_id go to target_correlation_id; resolved_correlation_id is the final target through further links (what api.profile_get reads with p_resolve_links); inserted: when the link was written (a timestamp); origin: the origin of the link update.';

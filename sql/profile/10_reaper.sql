@@ -1,6 +1,9 @@
 -- Profile store, reaper: grains whose time to live has passed are deleted, grains whose time to
--- notify has passed are notified once. Run by a River periodic job (worker/reaper.go) and by hand
--- from psql (SELECT * FROM api.profile_reap(); or CALL api.profile_reap_all();).
+-- notify has passed are notified once. Run by a River periodic job (worker/profile_reaper.go) and by
+-- hand from psql (SELECT * FROM api.profile_reap(); or CALL api.profile_reap_all();). The work is
+-- cut into batches, each its own transaction, so a large backlog never holds locks or a snapshot
+-- for long; consumers follow what it did through profile.reaper_events (api.profile_reaper_events)
+-- or the change channel reaper.
 --
 -- Public functions: api.profile_reap, api.profile_reap_all (procedure), api.profile_reaper_events,
 -- api.profile_reaper_event_trim.
@@ -21,15 +24,17 @@
 --   locked FOR UPDATE SKIP LOCKED: a grain a writer (or another reaper run) holds is left for the
 --   next batch, nothing waits and nothing is done twice.
 -- * Every deletion and notification becomes a row of profile.reaper_events and a change on channel
---   'reaper' (silo.change_pending, kind ttl or ttn, readers the grain's reader), in the batch's
+--   'reaper' (change_private.outbox, kind ttl or ttn, readers the grain's reader), in the batch's
 --   transaction. The events carry coordinates and metadata, never the value. Event ids are drawn
 --   under a transaction-scoped advisory lock, so their order is commit order and a consumer that
 --   reads "after id N" misses nothing.
 -- * Settings (silo.settings): reaper.batch_size (default batch size), reaper.event_retention (how
 --   long events are kept). The schedule is the worker's (SILO_REAPER_INTERVAL).
 
--- A grain the reaper deleted or notified: coordinates and metadata, without the value.
-CREATE TYPE api.profile_reaped_grain AS (
+-- api.profile_reap carries the grains of a batch from the statement that locks and changes them
+-- to the one that records the events in arrays of this type: a CTE's rows do not outlive their
+-- statement.
+CREATE TYPE profile_private.reaped_grain AS (
     correlation_id  varchar,
     profile_type    varchar,
     path            varchar,
@@ -43,20 +48,13 @@ CREATE TYPE api.profile_reaped_grain AS (
     certainty       real,
     due             timestamptz
 );
-COMMENT ON TYPE api.profile_reaped_grain IS
-    'Internal: a grain deleted or notified by api.profile_reap, without its value; due is expires_at (ttl) or notify_at (ttn).';
+COMMENT ON TYPE profile_private.reaped_grain IS
+    'A grain deleted (ttl) or notified (ttn) by api.profile_reap: its key and metadata, without its value; due is expires_at for a deletion, notify_at for a notification.';
 
--- api.profile_reap: one reaper batch, in the caller's transaction. Notifies up to p_batch_size
--- grains whose notify_at has passed (sets notify_at to NULL: one notification per TTN value) and
--- deletes up to p_batch_size grains whose expires_at has passed (after a due notification of the
--- grain), oldest due first, skipping grains locked by others. Records each in
--- profile.reaper_events and publishes it on change channel 'reaper' (kind ttn or ttl).
--- p_batch_size NULL: silo.settings reaper.batch_size (default 1000).
--- Returns the counts and more: true when a batch was full, so another call may find more due (the
--- last call of a run may find nothing).
--- Raises: SLINV when the batch size (argument or setting) is not a positive integer.
--- Notifies: silo.change_pending rows (channel reaper); the TTL deletions also reach the profile's
--- channel through the triggers of profile.profilestore.
+-- The change triggers are off only around the notify_at update (no change of the profile) and on
+-- again for the deletions, which reach the profiles' channels through them
+-- (sql/profile/13_change.sql). more can be true for a last call that then finds nothing: a full
+-- batch cannot tell whether anything is left.
 CREATE FUNCTION api.profile_reap(p_batch_size integer DEFAULT NULL,
                                  OUT ttl_deleted bigint, OUT ttn_notified bigint, OUT more boolean)
 LANGUAGE plpgsql VOLATILE
@@ -64,12 +62,12 @@ AS $$
 DECLARE
     v_batch   integer := p_batch_size;
     v_setting text;
-    v_ttn     api.profile_reaped_grain[];
-    v_ttl     api.profile_reaped_grain[];
+    v_ttn     profile_private.reaped_grain[];
+    v_ttl     profile_private.reaped_grain[];
     v_triggers text;
 BEGIN
     IF v_batch IS NULL THEN
-        v_setting := btrim(api.setting('reaper.batch_size', '1000'));
+        v_setting := btrim(settings_private.setting('reaper.batch_size', '1000'));
         IF v_setting !~ '^\d{1,9}$' THEN
             RAISE EXCEPTION 'setting reaper.batch_size is not a positive integer: %', v_setting
                 USING ERRCODE = 'SLINV', HINT = 'UPDATE silo.settings SET value = ''1000'' WHERE key = ''reaper.batch_size''';
@@ -102,7 +100,7 @@ BEGIN
         RETURNING d.*
     )
     SELECT array_agg(ROW(d.correlation_id, d.profile_type, d.path, d.pit, d.grain_type, d.inserted, d.ttl,
-                         d.ttn, d.reader, d.origin, d.certainty, d.notify_at)::api.profile_reaped_grain
+                         d.ttn, d.reader, d.origin, d.certainty, d.notify_at)::profile_private.reaped_grain
                      ORDER BY d.notify_at, d.correlation_id, d.profile_type, d.path, d.pit)
     INTO v_ttn
     FROM done d;
@@ -128,7 +126,7 @@ BEGIN
                   p.reader, p.origin, p.certainty, p.expires_at
     )
     SELECT array_agg(ROW(d.correlation_id, d.profile_type, d.path, d.pit, d.grain_type, d.inserted, d.ttl,
-                         d.ttn, d.reader, d.origin, d.certainty, d.expires_at)::api.profile_reaped_grain
+                         d.ttn, d.reader, d.origin, d.certainty, d.expires_at)::profile_private.reaped_grain
                      ORDER BY d.expires_at, d.correlation_id, d.profile_type, d.path, d.pit)
     INTO v_ttl
     FROM done d;
@@ -155,21 +153,18 @@ BEGIN
         ORDER BY g.ord, g.ordinality
         RETURNING *
     )
-    INSERT INTO silo.change_pending (channel, kind, payload, readers)
-    SELECT 'reaper', ev.kind, api.profile_reaper_event_payload(ev), ARRAY[ev.reader::text]
+    INSERT INTO change_private.outbox (channel, kind, payload, readers)
+    SELECT 'reaper', ev.kind, profile_private.reaper_event_payload(ev), ARRAY[ev.reader::text]
     FROM ev
     ORDER BY ev.id;
 END;
 $$;
 COMMENT ON FUNCTION api.profile_reap(integer) IS
-    'One reaper batch: notifies up to p_batch_size grains past inserted + ttn (once per TTN value) and deletes up to p_batch_size grains past inserted + ttl (a due notification first), skipping locked grains; records profile.reaper_events and changes on channel reaper. NULL batch size: silo.settings reaper.batch_size. more: a batch was full, call again. Raises SLINV for a batch size below 1.';
+    'One reaper batch, in the caller''s transaction. p_batch_size (default NULL: silo.settings reaper.batch_size, 1000 when unset): at most this many grains notified and this many deleted. Notifies the grains whose notify_at (inserted + ttn) has passed and sets their notify_at to NULL (one notification per TTN value); deletes the grains whose expires_at (inserted + ttl) has passed, a due notification first; oldest due first, skipping grains that other transactions hold. Returns one row: ttl_deleted, ttn_notified, more (a batch was full: call again). Records each grain in profile.reaper_events and publishes it on change channel reaper (kind ttn or ttl, payload profile_private.reaper_event_payload, readers the grain''s reader); the deletions are also published on the profiles'' channels profile:{type}:{id} (kind deleted). Raises SLINV when the batch size (argument or setting) is not a positive integer.';
 
--- api.profile_reaper_event_payload: internal. The change payload of a reaper event: the event id and
--- the grain's coordinates and metadata under the names of Granary's reaper messages (correlationId,
--- profileType, path, pit, grain_type, inserted, ttl, ttn, reader, origin), with certainty and due
--- (ISO 8601, UTC). Never the value.
--- Raises: nothing.
-CREATE FUNCTION api.profile_reaper_event_payload(p_event profile.reaper_events)
+-- The field names are those of Granary's reaper messages, so consumers written for them read
+-- Silo's events unchanged. The value stays out: payloads carry ids and metadata, never data.
+CREATE FUNCTION profile_private.reaper_event_payload(p_event profile.reaper_events)
 RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
@@ -188,15 +183,11 @@ AS $$
         'certainty', p_event.certainty,
         'due', to_char(p_event.due AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'));
 $$;
-COMMENT ON FUNCTION api.profile_reaper_event_payload(profile.reaper_events) IS
-    'Internal: the change payload of a reaper event: id, correlationId, profileType, path, pit, grain_type, inserted, ttl, ttn, reader, origin, certainty, due (ISO 8601 UTC). Never the grain value.';
+COMMENT ON FUNCTION profile_private.reaper_event_payload(profile.reaper_events) IS
+    'The change payload of reaper event p_event: {"id", "correlationId", "profileType", "path", "pit", "grain_type", "inserted", "ttl", "ttn", "reader", "origin", "certainty", "due" (ISO 8601, UTC, milliseconds)}; never the grain''s value. Raises nothing.';
 
--- api.profile_reap_all: a whole reaper run from psql (CALL api.profile_reap_all();): batches of
--- api.profile_reap, each committed on its own, until nothing is due or p_budget has passed, then
--- trims old reaper events. Returns the totals in its INOUT parameters. Must be called outside an
--- explicit transaction block (it commits).
--- Raises: SLINV as api.profile_reap and api.profile_reaper_event_trim; 2D000 when called inside a
--- transaction block.
+-- A procedure because it commits after every batch: what a run has done survives its
+-- interruption, and writers wait at most for the locks of one batch, never of the whole run.
 CREATE PROCEDURE api.profile_reap_all(p_batch_size integer DEFAULT NULL, p_budget interval DEFAULT '1 minute',
                                       INOUT ttl_deleted bigint DEFAULT 0, INOUT ttn_notified bigint DEFAULT 0,
                                       INOUT events_trimmed bigint DEFAULT 0)
@@ -220,12 +211,10 @@ BEGIN
 END;
 $$;
 COMMENT ON PROCEDURE api.profile_reap_all(integer, interval, bigint, bigint, bigint) IS
-    'A reaper run for psql (CALL api.profile_reap_all();): api.profile_reap batches, each committed, until nothing is due or p_budget (default 1 minute) has passed, then api.profile_reaper_event_trim; returns the totals. Not inside a transaction block.';
+    'A whole reaper run from psql: CALL api.profile_reap_all(); runs api.profile_reap(p_batch_size) batches (default NULL: silo.settings reaper.batch_size), committing after each, until a batch is not full or p_budget (default and NULL: 1 minute) has passed, then trims old events with api.profile_reaper_event_trim(NULL) and commits. Returns the totals in its INOUT parameters ttl_deleted, ttn_notified and events_trimmed (defaults 0; what is passed in is ignored). Records and publishes what api.profile_reap does. Raises SLINV when the batch size (argument or setting reaper.batch_size) is not a positive integer or the setting reaper.event_retention is not a non-negative interval; 2D000 (invalid transaction termination) when called inside a transaction block.';
 
--- api.profile_reaper_events: reaper events after id p_after (0: from the oldest kept), oldest first,
--- at most p_limit (1..10000). p_readers: only events whose grain reader is one of these (the
--- caller's _all, _auth and roles); NULL: all events (admins, psql).
--- Raises: SLINV when p_limit is outside 1..10000.
+-- The readers filter is the change channel's rule for reaper events (their readers are the grain's
+-- reader), so a consumer that polls sees what a websocket subscriber with the same readers sees.
 CREATE FUNCTION api.profile_reaper_events(p_after bigint DEFAULT 0, p_limit integer DEFAULT 100,
                                           p_readers text[] DEFAULT NULL)
 RETURNS SETOF profile.reaper_events
@@ -246,11 +235,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION api.profile_reaper_events(bigint, integer, text[]) IS
-    'Reaper events (ttl deletions, ttn notifications) after id p_after, oldest first, at most p_limit (1..10000); p_readers limits them to grains with one of these readers (NULL: all). Ids follow commit order: resume with the last id seen. Raises SLINV for a bad limit.';
+    'Reaper events, rows of profile.reaper_events (id, kind ttl for a deletion or ttn for a notification, the grain''s correlation_id, profile_type, path, pit, grain_type, inserted, ttl, ttn, reader, origin, certainty, due, and created), oldest first. p_after (default 0; NULL as 0): only events with a higher id. p_limit (default 100): at most this many, 1 to 10000. p_readers (default NULL: every event, for admins and psql): only events whose grain reader is one of these (a caller''s _all, _auth and roles). Ids follow commit order: resume after the last id seen. Raises SLINV when p_limit is NULL or outside 1..10000.';
 
--- api.profile_reaper_event_trim: deletes reaper events created more than p_retention ago (NULL:
--- silo.settings reaper.event_retention, default 7 days) and returns how many.
--- Raises: SLINV when the retention (argument or setting) is not a non-negative interval.
 CREATE FUNCTION api.profile_reaper_event_trim(p_retention interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -260,7 +246,7 @@ DECLARE
     v_n         bigint;
 BEGIN
     IF v_retention IS NULL THEN
-        v_retention := api.setting_interval('reaper.event_retention', '7 days');
+        v_retention := settings_private.setting_interval('reaper.event_retention', '7 days');
     ELSIF v_retention < interval '0' THEN
         RAISE EXCEPTION 'reaper event retention must not be negative, got %', v_retention USING ERRCODE = 'SLINV';
     END IF;
@@ -270,4 +256,4 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION api.profile_reaper_event_trim(interval) IS
-    'Deletes reaper events created more than p_retention ago (NULL: silo.settings reaper.event_retention, default 7 days); returns the count. Raises SLINV for a negative or unreadable retention.';
+    'Deletes the reaper events created more than p_retention ago (default NULL: silo.settings reaper.event_retention, 7 days when unset) and returns how many. Run after every reaper run. Raises SLINV when p_retention is negative, or the setting is not an interval or is negative.';

@@ -1,8 +1,10 @@
--- Access tokens. A token is a random string shown once; only its SHA-256 is stored. What a token
--- may read is decided here: the readers it matches are _all, _auth and its roles.
+-- Access tokens: created, authenticated and revoked here, and the one place that decides what a
+-- request may read (the readers _all, _auth and the token's roles) and whether it may write or
+-- administer. A token is shown once, when it is created; only its SHA-256 is stored. A token is
+-- silo_ and the hex of two random UUIDs (244 random bits), so an unsalted hash is safe to keep and
+-- a request's token is found by one lookup of the unique hash.
 
--- api.token_create: creates a token and returns it in plain text (the only time it is visible).
--- Raises: SLINV when the name is empty, SLCNF when a token of that name exists.
+-- is_admin is stored with can_write set, so that a write check reads one flag.
 CREATE FUNCTION api.token_create(
     p_name text,
     p_roles text[] DEFAULT '{}',
@@ -33,11 +35,10 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.token_create(text, text[], boolean, boolean) IS
-    'Creates an access token and returns it in plain text, the only time it is visible. roles: reader roles; can_write: may apply profile updates; is_admin: may administer (dead letters), implies can_write.';
+    'Creates an access token named p_name. p_roles (default {}): its reader roles: it reads grains and changes whose reader is one of them, besides _all and _auth; p_can_write (default false): may apply profile updates; p_is_admin (default false): may administer (dead letters) and sees every change, implies can_write. NULL arguments count as their defaults. Returns one row: token, the token in plain text (the only time it is visible: only its SHA-256 is stored), and the stored id, name, roles, can_write, is_admin. Raises SLINV when p_name is NULL or empty; SLCNF when a token of that name exists, revoked ones included (a name is never reused). Two concurrent creations of one name may fail with 23505 (unique_violation) instead of SLCNF.';
 
--- api.token_authenticate: the identity of a request. A NULL or empty token is the anonymous
--- identity, which reads only grains whose reader is _all and may not write.
--- Raises: SLAUT when the token is unknown or revoked.
+-- No token is no error: an anonymous request reads what is public (_all), so public reads need no
+-- token at all.
 CREATE FUNCTION api.token_authenticate(
     p_token text,
     OUT token_id bigint,
@@ -65,9 +66,8 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.token_authenticate(text) IS
-    'Identity of a request: the token''s id, name, the readers it may read (_all, _auth and its roles), and its write and admin flags. NULL or empty: anonymous (reads _all only). Raises SLAUT for an unknown or revoked token.';
+    'The identity of a request that sent access token p_token: one row of token_id, name, readers (the readers it may read: _all, _auth and its roles), can_write and is_admin. A NULL or empty p_token is the anonymous identity: token_id and name NULL, readers {_all}, can_write and is_admin false. Raises SLAUT when the token is unknown or revoked.';
 
--- api.token_revoke: revokes a token by name. Raises: SLNFD when no active token has that name.
 CREATE FUNCTION api.token_revoke(p_name text)
 RETURNS SETOF silo.tokens
 LANGUAGE plpgsql VOLATILE
@@ -80,9 +80,10 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION api.token_revoke(text) IS 'Revokes the active token of that name. Raises SLNFD when there is none.';
+COMMENT ON FUNCTION api.token_revoke(text) IS 'Revokes the active token named p_name: sets its revoked time to now(), after which api.token_authenticate refuses it; the name stays taken. Returns the revoked row of silo.tokens (token_hash included). Raises SLNFD when no active token has that name.';
 
--- api.token_list: every token, without hashes.
+-- A view rather than a function: psql users filter and sort it with plain SQL, and it leaves the
+-- hashes out.
 CREATE VIEW api.tokens AS
     SELECT id, name, roles, can_write, is_admin, created, revoked FROM silo.tokens;
-COMMENT ON VIEW api.tokens IS 'Access tokens without their hashes.';
+COMMENT ON VIEW api.tokens IS 'Every access token, active and revoked, without its hash: id, name, roles (reader roles), can_write, is_admin, created, revoked (NULL: active).';
