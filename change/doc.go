@@ -13,7 +13,7 @@
 //     pumps of each connection.
 //
 // It must not:
-//   - know what a change means: channels, kinds and payloads are the SQL's (sql/030_changes.sql);
+//   - know what a change means: channels, kinds and payloads are the SQL's (sql/change/);
 //     any domain that writes to the change log is served the same way, and no profile rule lives
 //     here;
 //   - decide who a client is: the transport authenticates and hands over an Identity (the readers

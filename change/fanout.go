@@ -32,7 +32,7 @@ func newMessage(c db.SiloChange) *message {
 	return m
 }
 
-// visible is the rule of api.changes_since (sql/030_changes.sql) for live changes: an admin sees
+// visible is the rule of api.changes_since (sql/change/) for live changes: an admin sees
 // every change; anyone else sees a change whose readers overlap its own (_all, _auth, roles);
 // a change without readers is for admins only.
 func visible(changeReaders []string, readers map[string]struct{}, isAdmin bool) bool {

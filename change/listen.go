@@ -17,7 +17,7 @@ import (
 // committed changes (api.change_sequence), the reader reads the numbered ones and fans them out.
 // Each waits for a signal; a signal sent while its loop is busy is served by one more run.
 
-// Channels PostgreSQL notifies on (sql/030_changes.sql).
+// Channels PostgreSQL notifies on (sql/change/).
 const (
 	notifyPending = "silo_change_pending"
 	notifyChanges = "silo_changes"

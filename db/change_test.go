@@ -1,6 +1,6 @@
 package db_test
 
-// Tests of the change log (sql/030_changes.sql): the rows the triggers write, sequencing in commit
+// Tests of the change log (sql/change/): the rows the triggers write, sequencing in commit
 // order, the subscriber's filter (api.changes_since), resuming (api.change_resume) and trimming.
 
 import (

@@ -1,7 +1,7 @@
 package db_test
 
-// Tests of the profile store's write path (sql/020_profile.sql): every operation, every dead
-// letter rule, batch semantics, profile links, history pits, replays, and batch-versus-one-by-one
+// Tests of the profile store's write path (sql/profile/01_types.sql to 08_dead_letter.sql): every
+// operation, every dead letter rule, batch semantics, profile links, history pits, replays, and batch-versus-one-by-one
 // equivalence. Messages name profiles $A, $B, $C: each test replaces them with correlation ids of
 // its own, since tests run in parallel, each in its own transaction.
 

@@ -17,7 +17,7 @@ import (
 // value (_array_append, _array_put, their history forms, _inc) lock it, or read it inside their
 // upsert. Each writer commits every update on its own, on its own connection, interleaved with the
 // others. (Two writers that create the same grain at the same moment are another matter: the
-// later one finds a row it did not read; see the header of sql/020_profile.sql.)
+// later one finds a row it did not read; see the header of sql/profile/01_types.sql.)
 func TestProfileConcurrentWritersOfOneGrain(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.Pool(t)

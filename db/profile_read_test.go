@@ -1,6 +1,6 @@
 package db_test
 
-// Tests of the profile store's read path (sql/021_profile_read.sql). Each test writes its rows
+// Tests of the profile store's read path (sql/profile/09_read.sql). Each test writes its rows
 // straight into profile.profilestore, so the document asserted is the document of exactly those
 // rows. Correlation ids are unique per test: tests run in parallel, each in its own transaction.
 

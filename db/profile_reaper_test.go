@@ -1,6 +1,6 @@
 package db_test
 
-// Tests of the reaper (sql/025_profile_reaper.sql): TTL deletion in batches, one TTN notification
+// Tests of the reaper (sql/profile/10_reaper.sql): TTL deletion in batches, one TTN notification
 // per TTN value, the reaper events and their change notifications, settings, trimming, and
 // concurrent runs. Grains are made due by an _in in the past and a short _ttl/_ttn.
 

@@ -1,6 +1,6 @@
 package db_test
 
-// Tests of the asynchronous updater's SQL (sql/040_profile_updater.sql): enqueue, ordered steps,
+// Tests of the asynchronous updater's SQL (sql/profile/11_updater.sql, 12_updater_admin.sql): enqueue, ordered steps,
 // unexpected errors in retry and dead-letter mode, throttling status, large arrays.
 
 import (
