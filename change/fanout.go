@@ -79,7 +79,7 @@ func (h *Hub) fanout(rows []db.SiloChange) {
 		}
 		h.lastID = m.id
 	}
-	h.mSequenced.Add(float64(len(rows)))
+	h.mFannedOut.Add(float64(len(rows)))
 	h.mLastID.Set(float64(h.lastID))
 }
 

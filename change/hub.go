@@ -118,7 +118,7 @@ type Hub struct {
 	mLastID    prometheus.Gauge
 	mMessages  prometheus.Counter
 	mSlow      prometheus.Counter
-	mSequenced prometheus.Counter
+	mFannedOut prometheus.Counter
 }
 
 // NewHub returns a hub; Start starts it.
@@ -137,14 +137,14 @@ func NewHub(cfg Config) *Hub {
 	h.mLastID = prometheus.NewGauge(prometheus.GaugeOpts{Name: "silo_changes_last_id", Help: "Highest change id this process has fanned out."})
 	h.mMessages = prometheus.NewCounter(prometheus.CounterOpts{Name: "silo_ws_messages_total", Help: "Change messages written to websocket clients."})
 	h.mSlow = prometheus.NewCounter(prometheus.CounterOpts{Name: "silo_ws_slow_disconnects_total", Help: "Websocket clients disconnected because their queue was full."})
-	h.mSequenced = prometheus.NewCounter(prometheus.CounterOpts{Name: "silo_changes_fanned_out_total", Help: "Changes read from the change log and fanned out by this process."})
+	h.mFannedOut = prometheus.NewCounter(prometheus.CounterOpts{Name: "silo_changes_fanned_out_total", Help: "Changes read from the change log and fanned out by this process."})
 	return h
 }
 
 // Collectors are the hub's metrics, for the registry that serves /metrics (server.New registers
 // them).
 func (h *Hub) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{h.mClients, h.mLastID, h.mMessages, h.mSlow, h.mSequenced}
+	return []prometheus.Collector{h.mClients, h.mLastID, h.mMessages, h.mSlow, h.mFannedOut}
 }
 
 // Start starts the listener. Once it listens, the hub reads the current end of the change log and
