@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Always empty: the row type of api.profile_apply_batch (ord, status ok|noop|dead_letter, operation, correlation_id written, sqlstate, reason, dead_letter_id).
+// Always empty: the row type of api.profile_apply_batch. ord: position of the message in the batch, from 1; status: ok (written), noop (nothing to change) or dead_letter (rejected); operation: the _operation (default _set; NULL when not a string); correlation_id: the profile the update addresses, after profile links (for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string); sqlstate and reason: why a message was rejected; dead_letter_id: its row in profile.dead_letters.
 type APIProfileApplyResult struct {
 	Ord           *int32  `json:"ord"`
 	Status        *string `json:"status"`
@@ -20,7 +20,7 @@ type APIProfileApplyResult struct {
 	DeadLetterID  *int64  `json:"deadLetterId"`
 }
 
-// Inbox lanes waiting after an unexpected error: priority, lane, attempts, retry_at, last error (time, SQLSTATE, message), the message the lane waits at (message_id, correlation_id, message, accepted) and how many messages wait in the lane. api.profile_inbox_dead_letter(message_id) moves that message to the dead letter table.
+// Inbox lanes waiting after an unexpected error (updater.unexpected_errors retry): priority (high, low), lane, attempts, retry_at, last_failed, last_sqlstate, last_error, the message the lane waits at (message_id, correlation_id, message, accepted) and waiting (how many messages wait in the lane). api.profile_inbox_dead_letter(message_id) moves that message to the dead letter table.
 type APIProfileInboxBlockedLane struct {
 	Priority      string          `json:"priority"`
 	Lane          int32           `json:"lane"`
@@ -36,7 +36,7 @@ type APIProfileInboxBlockedLane struct {
 	Waiting       int64           `json:"waiting"`
 }
 
-// Profile links: updates for correlation_id go to target_correlation_id; resolved_correlation_id is the final target through further links (what api.profile_get reads with p_resolve_links). inserted: when the link was written.
+// Profile links, for psql: updates for correlation_id go to target_correlation_id; resolved_correlation_id is the final target through further links (what api.profile_get reads with p_resolve_links); inserted: when the link was written (a timestamp); origin: the origin of the link update.
 type APIProfileLink struct {
 	CorrelationID         string    `json:"correlationId"`
 	TargetCorrelationID   string    `json:"targetCorrelationId"`
@@ -45,7 +45,7 @@ type APIProfileLink struct {
 	Origin                *string   `json:"origin"`
 }
 
-// Per stream (high, low): backlog (inbox depth, the scaling signal), oldest acceptance time, blocked lanes, whether the low stream is throttled (high backlog above updater.lag_barrier), the wait per message, the check interval and the long-running warning threshold.
+// The state of the asynchronous updater, one row per stream: priority (high, low), backlog (messages in the inbox: the scaling signal), oldest (acceptance time of the oldest waiting message), blocked_lanes (lanes waiting after an unexpected error), throttled (low stream only: updater.throttle_enabled and the high backlog above updater.lag_barrier), wait_ms (updater.wait_time_ms: the pause per message while throttled), check_interval_ms (updater.check_interval_ms: how long workers keep the decision), long_running_ms (updater.long_running_ms: the warning threshold of a step).
 type APIProfileUpdaterStatus struct {
 	Priority        string      `json:"priority"`
 	Backlog         int64       `json:"backlog"`
@@ -57,7 +57,7 @@ type APIProfileUpdaterStatus struct {
 	LongRunningMs   int32       `json:"longRunningMs"`
 }
 
-// The profile store flat for psql: every point in time (pit) of every grain, the value decoded by grain type (value_text for t, value_array for a, counter_current/counter_step/counter_initial for c, value as stored), inserted as a timestamp.
+// The profile store flat, for psql: one row per point in time (pit) of every grain: correlation_id, profile_type, path, pit, grain_type, the value decoded by grain type (value_text for t, value_array for a, counter_current, counter_step and counter_initial for c), certainty, inserted (as a timestamp), ttl, ttn, reader, origin, expires_at, notify_at and value as stored (jsonb).
 type APIProfilestoreHistory struct {
 	CorrelationID  string          `json:"correlationId"`
 	ProfileType    string          `json:"profileType"`
@@ -80,7 +80,7 @@ type APIProfilestoreHistory struct {
 	Value          json.RawMessage `json:"value"`
 }
 
-// The profile store flat for psql: one row per grain with its current value (pit _latest), decoded as in api.profilestore_history.
+// The profile store flat, for psql: one row per grain with its current value (pit _latest), the columns of api.profilestore_history without pit.
 type APIProfilestoreLatest struct {
 	CorrelationID  string          `json:"correlationId"`
 	ProfileType    string          `json:"profileType"`
@@ -102,7 +102,7 @@ type APIProfilestoreLatest struct {
 	Value          json.RawMessage `json:"value"`
 }
 
-// Access tokens without their hashes.
+// Every access token, active and revoked, without its hash: id, name, roles (reader roles), can_write, is_admin, created, revoked (NULL: active).
 type APIToken struct {
 	ID       int64      `json:"id"`
 	Name     string     `json:"name"`
@@ -113,7 +113,7 @@ type APIToken struct {
 	Revoked  *time.Time `json:"revoked"`
 }
 
-// Internal: where SQL publishes changes set-based: INSERT INTO change_private.outbox (channel, kind, payload, readers) SELECT ... (payload: a JSON object, never the data itself; readers: who may see it, empty for admins only). The rows are sequenced into silo.changes after commit.
+// Where SQL publishes many changes in one statement: INSERT INTO change_private.outbox (channel, kind, payload, readers) SELECT ... Columns: channel (a name without *), kind (what happened), payload (a JSON object of ids, never the data; default {}), readers (who may see it; default {}: admins only). Unlike api.change_publish it checks nothing beyond the NOT NULL columns of silo.change_pending (23502 for a NULL). The rows are numbered into silo.changes after commit; the statement notifies silo_change_pending once, unless silo.change_notify is off. Reading it shows the plain pending rows (compact rows of profile changes unexpanded).
 type ChangePrivateOutbox struct {
 	Channel string          `json:"channel"`
 	Kind    string          `json:"kind"`
