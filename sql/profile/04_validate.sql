@@ -20,7 +20,7 @@ CREATE FUNCTION profile_private.validate_plain(
     p_now bigint,
     OUT plain_updates profile_private.validated_update[],
     OUT rest_ords integer[],
-    OUT direct_count integer,
+    OUT direct_count bigint,
     OUT archives boolean,
     OUT twice boolean)
 LANGUAGE plpgsql STABLE

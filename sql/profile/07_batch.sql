@@ -15,7 +15,7 @@
 -- one, skip the general statement and its fixed cost; the counts come from validation when it made
 -- them, so the round is not read once more.
 CREATE FUNCTION profile_private.apply_round(p_round profile_private.validated_update[], p_ok boolean,
-                                            p_direct integer DEFAULT NULL, p_history boolean DEFAULT NULL)
+                                            p_direct bigint DEFAULT NULL, p_history boolean DEFAULT NULL)
 RETURNS profile_private.apply_result[]
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -42,7 +42,7 @@ BEGIN
     RETURN coalesce(v_res, '{}') || profile_private.apply_general(p_round, p_ok);
 END
 $$;
-COMMENT ON FUNCTION profile_private.apply_round(profile_private.validated_update[], boolean, integer, boolean) IS
+COMMENT ON FUNCTION profile_private.apply_round(profile_private.validated_update[], boolean, bigint, boolean) IS
     'Applies one round and returns its results. p_round: validated profile updates of distinct grains whose targets are resolved; the direct operations (profile_private.op_direct) go to profile_private.apply_direct, the others, if any, to profile_private.apply_general. p_ok: return every result (true) or only those that are not ok (false; NULL or empty when there are none). p_direct (default NULL) and p_history (default NULL): how many updates of p_round are direct and whether one of them archives, when the caller knows them; when either is NULL they are counted here. Rejections found while applying (SPTYP, SPLNK) come back as dead_letter results without a dead letter id (the caller records them). Records the grains written and deleted for change notifications (through the two statements). Raises nothing of its own.';
 
 -- No exception handling here, so that each caller chooses how to recover: api.profile_apply_batch
@@ -71,7 +71,7 @@ DECLARE
     v_rows      profile_private.validated_update[];
     v_links     boolean;
     v_twice     boolean;
-    v_direct    integer;
+    v_direct    bigint;
     v_history   boolean;
     v_max_seg   integer := 0;
     v_max_round integer := 1;
