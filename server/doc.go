@@ -5,14 +5,16 @@
 // The files form layers; a file uses only the files below it:
 //
 //	routes.go                      New: the route table
-//	profile*.go, change_ws.go,     the handlers, one domain each
-//	health.go
+//	profile.go, profile_updater.go, the handlers, one domain each (<domain>*.go)
+//	change_ws.go, health.go
 //	middleware.go                  request logging, metrics and panics (instrument)
 //	auth.go                        token → identity (api.token_authenticate), writer and admin checks
 //	respond.go                     reading bodies and parameters, JSON answers, fail
 //	server.go, metrics.go,         the server type and its Config, its metrics, the identity cache,
-//	auth_cache.go, batcher.go,     the update batcher, and the SQLSTATE → HTTP table
-//	retry.go, errors.go, *_errors.go
+//	auth_cache.go,                 the profile update batcher and its retry of deadlocked batches,
+//	profile_batcher.go,            and the SQLSTATE → HTTP table
+//	profile_retry.go, errors.go,
+//	*_errors.go
 //
 // Change notifications belong to package change: its Hub holds the process's LISTEN connection
 // and runs the websocket sessions. GET /ws (change_ws.go) only authenticates the token, checks
