@@ -10,10 +10,13 @@
 //     and told where to resume, it never slows the others down;
 //   - the session protocol over a websocket (protocol.go, session.go, output.go): subscribe,
 //     unsubscribe, resume from a change id, catch-up from the log, debounce, and the read and write
-//     pumps of each connection.
+//     pumps of each connection;
+//   - asking the SQL which channel patterns a client may subscribe to (channels.go,
+//     api.change_channels_check), so that a refused pattern is answered at once.
 //
 // It must not:
-//   - know what a change means: channels, kinds and payloads are the SQL's (sql/change/);
+//   - know what a change means: channels, kinds and payloads are the SQL's (sql/change/), and so
+//     is the rule of which channel names exist and which are for admins only;
 //     any domain that writes to the change log is served the same way, and no profile rule lives
 //     here;
 //   - decide who a client is: the transport authenticates and hands over an Identity (the readers

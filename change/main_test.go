@@ -150,8 +150,9 @@ type wsMsg struct {
 	Coalesced   int            `json:"coalesced"`
 	LastID      int64          `json:"last_id"`
 	Error       struct {
-		ID      string `json:"id"`
-		Message string `json:"message"`
+		ID      string         `json:"id"`
+		Message string         `json:"message"`
+		Data    map[string]any `json:"data"`
 	} `json:"error"`
 	raw string
 }

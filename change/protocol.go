@@ -19,10 +19,20 @@ import (
 //
 //	{"type":"ready","position":N}                         first; N is where the connection starts
 //	{"type":"change","id":N,"channel":...,"kind":...,"payload":{...},"created":...}
-//	{"type":"subscribed","channels":[...],"position":N}   after a subscribe has caught up
-//	{"type":"unsubscribed","channels":[...]}
+//	{"type":"subscribed","channels":[...],"position":N}   after a subscribe has caught up: every channel now subscribed
+//	{"type":"unsubscribed","channels":[...]}              the channels the unsubscribe removed
 //	{"type":"expired","after":A,"resume_after":R,"cause":"expired"|"ahead","message":...}
-//	{"type":"error","error":{"id":...,"message":...}}
+//	{"type":"error","error":{"id":...,"message":...,"data":{...}}}
+//
+// A subscribe (or the channels of the opening parameters) is checked channel by channel
+// (Hub.CheckChannels, the SQL's rule): each pattern refused gets an error of its own,
+//
+//	{"type":"error","error":{"id":"invalid-parameters-format","message":...,"data":{"channel":"bogus","hint":...}}}
+//	{"type":"error","error":{"id":"forbidden","message":...,"data":{"channel":"dead-letters"}}}
+//
+// and is left out; the others are subscribed (subscribed follows unless none is left). The
+// transport refuses the opening parameters with 400 before the upgrade when a pattern is invalid;
+// a forbidden one is answered on the connection like a subscribe.
 //
 // Client → server:
 //

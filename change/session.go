@@ -298,7 +298,9 @@ func (s *session) resumeFrom(after int64) error {
 	return nil
 }
 
-// subscribe adds channels (patterns) and catches the connection up on all its channels.
+// subscribe adds channels (patterns) and catches the connection up on all its channels. Patterns
+// it may not have (CheckChannels) are each answered with an error naming them and left out; the
+// others are subscribed and answered with subscribed, unless none is left.
 func (s *session) subscribe(m clientMessage) error {
 	h := s.h
 	if len(m.Channels) == 0 {
@@ -311,15 +313,6 @@ func (s *session) subscribe(m clientMessage) error {
 		}
 		debounce = time.Duration(*m.DebounceMS) * time.Millisecond
 	}
-	var added []string
-	for _, p := range m.Channels {
-		if _, ok := s.subs[p]; !ok && !slices.Contains(added, p) {
-			added = append(added, p)
-		}
-	}
-	if len(s.subs)+len(added) > h.cfg.MaxChannels {
-		return s.writeError("invalid-request-structure", fmt.Sprintf("at most %d channels per connection", h.cfg.MaxChannels), nil)
-	}
 	if m.After != nil {
 		switch {
 		case *m.After < 0:
@@ -328,16 +321,53 @@ func (s *session) subscribe(m clientMessage) error {
 			return s.writeError("invalid-request-structure",
 				fmt.Sprintf("after %d does not match this connection's position %d: changes were delivered already; reconnect with ?after=%d to resume from there", *m.After, s.written, *m.After),
 				map[string]any{"position": s.written})
-		case !s.emitted:
-			if err := s.resumeFrom(*m.After); err != nil {
+		}
+	}
+	var added []string
+	for _, p := range m.Channels {
+		if _, ok := s.subs[p]; !ok && !slices.Contains(added, p) {
+			added = append(added, p)
+		}
+	}
+	if len(added) > h.cfg.MaxChannels {
+		return s.writeError("invalid-request-structure", fmt.Sprintf("at most %d channels per connection", h.cfg.MaxChannels), nil)
+	}
+	refused := map[string]bool{}
+	if len(added) > 0 {
+		ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
+		refusals, err := h.CheckChannels(ctx, added, s.c.isAdmin)
+		cancel()
+		if err != nil {
+			return err
+		}
+		for _, f := range refusals {
+			refused[f.Channel] = true
+			data := map[string]any{"channel": f.Channel}
+			if f.Hint != "" {
+				data["hint"] = f.Hint
+			}
+			if err := s.writeError(f.ID, f.Message, data); err != nil {
 				return err
 			}
+		}
+		added = slices.DeleteFunc(added, func(p string) bool { return refused[p] })
+	}
+	accepted := slices.DeleteFunc(slices.Clone(m.Channels), func(p string) bool { return refused[p] })
+	if len(accepted) == 0 {
+		return nil
+	}
+	if len(s.subs)+len(added) > h.cfg.MaxChannels {
+		return s.writeError("invalid-request-structure", fmt.Sprintf("at most %d channels per connection", h.cfg.MaxChannels), nil)
+	}
+	if m.After != nil && !s.emitted {
+		if err := s.resumeFrom(*m.After); err != nil {
+			return err
 		}
 	}
 	if _, err := h.subscribe(s.c, added); err != nil {
 		return err
 	}
-	for _, p := range m.Channels {
+	for _, p := range accepted {
 		s.subs[p] = debounce
 	}
 	if err := s.catchUp(); err != nil {
@@ -370,8 +400,10 @@ func (s *session) reply(v any) error {
 	return nil
 }
 
+// unsubscribe removes channels and answers unsubscribed with those it removed (a pattern the
+// connection did not have is not listed).
 func (s *session) unsubscribe(m clientMessage) error {
-	var removed []string
+	removed := []string{}
 	for _, p := range m.Channels {
 		if _, ok := s.subs[p]; ok {
 			delete(s.subs, p)
@@ -379,7 +411,7 @@ func (s *session) unsubscribe(m clientMessage) error {
 		}
 	}
 	s.h.unsubscribe(s.c, removed)
-	return s.reply(map[string]any{"type": "unsubscribed", "channels": s.patterns()})
+	return s.reply(map[string]any{"type": "unsubscribed", "channels": removed})
 }
 
 func (s *session) patterns() []string {

@@ -38,9 +38,17 @@ func TestSessionDeliversOnlyWhatTheTokenMayRead(t *testing.T) {
 		"roleA":     b.dial(t, q+"&auth="+b.roleA, nil),
 		"admin":     b.dial(t, q, bearer(b.admin)),
 	}
-	for _, c := range clients {
+	for name, c := range clients {
 		c.nextType("ready")
-		require.Equal(t, []string{"dead-letters", "profile:vis:*"}, c.nextType("subscribed").Channels)
+		if name == "admin" {
+			require.Equal(t, []string{"dead-letters", "profile:vis:*"}, c.nextType("subscribed").Channels)
+			continue
+		}
+		// Only admins may read dead-letters: the others are told so, and subscribed to the rest.
+		e := c.nextType("error")
+		require.Equal(t, "forbidden", e.Error.ID, name)
+		require.Equal(t, "dead-letters", e.Error.Data["channel"], name)
+		require.Equal(t, []string{"profile:vis:*"}, c.nextType("subscribed").Channels, name)
 	}
 	b.apply(t, `[
 		{"_id":"p","_profile_type":"vis","_path":["all"],"_value":{"_v":"1","_reader":"_all"}},
@@ -334,11 +342,60 @@ func TestSessionProtocolMessages(t *testing.T) {
 	c.send(map[string]any{"type": "subscribe", "channels": []string{"profile:pm:three"}, "after": 0})
 	require.Equal(t, "invalid-request-structure", c.nextType("error").Error.ID)
 
-	c.send(map[string]any{"type": "unsubscribe", "channels": []string{"profile:pm:one"}})
-	require.Equal(t, []string{"profile:pm:two"}, c.nextType("unsubscribed").Channels)
+	// unsubscribed lists the channels removed, not those the connection never had.
+	c.send(map[string]any{"type": "unsubscribe", "channels": []string{"profile:pm:one", "profile:pm:never"}})
+	require.Equal(t, []string{"profile:pm:one"}, c.nextType("unsubscribed").Channels)
 	b.apply(t, `{"_id":"one","_profile_type":"pm","_path":["b"],"_value":{"_v":"1"}}`)
 	b.apply(t, `{"_id":"two","_profile_type":"pm","_path":["a"],"_value":{"_v":"1"}}`)
 	require.Equal(t, "profile:pm:two", c.nextType("change").Channel)
+}
+
+// A subscribe is answered channel by channel: each pattern that is no channel pattern, or a
+// channel the token may never read, gets an error naming it and stays out; the others are
+// subscribed; the connection stays open, whatever the bytes of a name.
+func TestSessionRefusesChannelsOneByOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t, change.Config{}, false)
+	c := b.dial(t, "", bearer(b.reader))
+	c.nextType("ready")
+	refused := func(id, channel string) {
+		t.Helper()
+		m := c.nextType("error")
+		require.Equal(t, id, m.Error.ID, m.raw)
+		require.Equal(t, channel, m.Error.Data["channel"], m.raw)
+		require.NotEmpty(t, m.Error.Message)
+	}
+
+	c.send(map[string]any{"type": "subscribe", "channels": []string{"dead-letters"}})
+	refused("forbidden", "dead-letters")
+	// Nothing else answers that subscribe: the next message answers the next one.
+	c.send(map[string]any{"type": "subscribe",
+		"channels": []string{"bogus", "profile:ref:*", "", "a*b", "x\u0000y", "ops:" + strings.Repeat("x", 1000), "dead-letters"}})
+	refused("invalid-parameters-format", "bogus")
+	refused("invalid-parameters-format", "")
+	refused("invalid-parameters-format", "a*b")
+	refused("invalid-parameters-format", "x\u0000y")
+	refused("invalid-parameters-format", "ops:"+strings.Repeat("x", 1000))
+	refused("forbidden", "dead-letters")
+	require.Equal(t, []string{"profile:ref:*"}, c.nextType("subscribed").Channels)
+
+	// A NUL in a message once closed the connection (1011, PostgreSQL's 22021); it stays open.
+	require.NoError(t, c.conn.WriteMessage(websocket.TextMessage, []byte(`{"type":"subscribe","channels":["nul\u0000"]}`)))
+	refused("invalid-parameters-format", "nul\u0000")
+	b.apply(t, `{"_id":"one","_profile_type":"ref","_path":["a"],"_value":{"_v":"1"}}`)
+	require.Equal(t, "profile:ref:one", c.nextType("change").Channel)
+
+	// An admin may read dead-letters.
+	a := b.dial(t, "?channel=dead-letters", bearer(b.admin))
+	a.nextType("ready")
+	require.Equal(t, []string{"dead-letters"}, a.nextType("subscribed").Channels)
+	// A token that may not is told so on the connection when it asks in the opening parameters.
+	r := b.dial(t, "?channel=dead-letters&channel=profile:ref:*", bearer(b.reader))
+	r.nextType("ready")
+	m := r.nextType("error")
+	require.Equal(t, "forbidden", m.Error.ID)
+	require.Equal(t, "dead-letters", m.Error.Data["channel"])
+	require.Equal(t, []string{"profile:ref:*"}, r.nextType("subscribed").Channels)
 }
 
 // A session whose identity is revoked is closed with 4001; a re-authentication that merely fails

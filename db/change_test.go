@@ -496,3 +496,139 @@ func TestChangeSequenceFollowsCommitOrder(t *testing.T) {
 	ch, payload = next()
 	require.Equal(t, []string{"silo_changes", "6"}, []string{ch, payload})
 }
+
+// The rule of channel names is one: what api.change_publish accepts as a channel is exactly what
+// api.change_channels_check accepts as a pattern without *, and api.changes_since refuses what
+// api.change_channels_check calls invalid.
+func TestChangeChannelRuleIsOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tx := dbtest.Tx(t)
+	check := func(tx pgx.Tx, patterns []string, admin bool) map[string]string {
+		t.Helper()
+		rows, err := tx.Query(ctx, `SELECT channel, sqlstate FROM api.change_channels_check($1, $2)`, patterns, admin)
+		require.NoError(t, err)
+		out := map[string]string{}
+		for rows.Next() {
+			var c, code string
+			require.NoError(t, rows.Scan(&c, &code))
+			out[c] = code
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		valid bool
+	}{
+		{"profile:customer:0815", true},
+		{"profile:profile_link:x", true},
+		{"profile:Customer:a b:c", true}, // the name after the namespace is anything without *
+		{"ops:deploy", true},
+		{"reports:daily", true},
+		{"a-b_c9:x", true},
+		{"dead-letters", true},
+		{"reaper", true},
+		{"bogus", false},
+		{"", false},
+		{"profile", false},
+		{"profile:", false},
+		{"Profile:x", false},
+		{"9ops:x", false},
+		{":x", false},
+		{"-x:y", false},
+		{"dead-letters:x", false}, // a name of its own is no namespace
+		{"reaper:x", false},
+		{"profile:a*b", false},
+		{"ops:" + strings.Repeat("x", 996), true},
+		{"ops:" + strings.Repeat("x", 997), false},
+	} {
+		t.Run(tc.name[:min(len(tc.name), 30)], func(t *testing.T) {
+			err := dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `SELECT api.change_publish($1, 'k')`, tc.name)
+				return err
+			})
+			refused := check(tx, []string{tc.name}, true)
+			if tc.valid {
+				require.NoError(t, err)
+				require.Empty(t, refused)
+			} else {
+				requireSQLState(t, err, "SLINV")
+				require.Equal(t, map[string]string{tc.name: "SLINV"}, refused)
+			}
+			err = dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
+				_, err := db.New(tx).ChangesSince(ctx, db.ChangesSinceParams{After: 1 << 60, Channels: []string{tc.name}, IsAdmin: true, MaxChanges: 1})
+				return err
+			})
+			if tc.valid {
+				require.NoError(t, err)
+			} else {
+				requireSQLState(t, err, "SLINV")
+			}
+		})
+	}
+	// Patterns: a * alone or at the end of the beginning of some channel.
+	patterns := map[string]bool{
+		"*": true, "profile:*": true, "profile:customer:*": true, "p*": true, "ops:*": true, "dead-*": true,
+		"dead-letters*": true, "rea*": true, "ops:de*": true,
+		"a*b": false, "**": false, "*a": false, "Bogus*": false, ":x*": false, "dead-letters:*": false, "-*": false,
+	}
+	var all []string
+	for p := range patterns {
+		all = append(all, p)
+	}
+	refused := check(tx, all, true)
+	for p, ok := range patterns {
+		if ok {
+			require.NotContains(t, refused, p)
+		} else {
+			require.Equal(t, "SLINV", refused[p], p)
+		}
+	}
+	// One row per refused pattern, in the order given, with a message naming it and the rule as hint.
+	rows, err := tx.Query(ctx, `SELECT channel, sqlstate, message, coalesce(hint, '') FROM api.change_channels_check('{x:ok,bogus,dead-letters,a*b}', false)`)
+	require.NoError(t, err)
+	type refusal struct{ Channel, SQLState, Message, Hint string }
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[refusal])
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	require.Equal(t, []string{"bogus", "dead-letters", "a*b"}, []string{got[0].Channel, got[1].Channel, got[2].Channel})
+	require.Equal(t, []string{"SLINV", "SLFRB", "SLINV"}, []string{got[0].SQLState, got[1].SQLState, got[2].SQLState})
+	require.Contains(t, got[0].Message, "bogus")
+	require.Contains(t, got[0].Hint, "dead-letters, reaper or {namespace}:{name}")
+	require.Contains(t, got[1].Message, "dead-letters is for admins only")
+	require.Empty(t, got[1].Hint)
+	require.Empty(t, check(tx, []string{"dead-letters"}, true), "an admin may read dead-letters")
+}
+
+// A channel for admins only is one whose changes never have readers: the dead letters' trigger
+// publishes them so, and api.change_publish refuses readers for them.
+func TestChangeAdminOnlyChannels(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tx := dbtest.Tx(t)
+	var adminOnly []string
+	rows, err := tx.Query(ctx, `SELECT channel FROM change_private.named_channels() WHERE admin_only ORDER BY 1`)
+	require.NoError(t, err)
+	adminOnly, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"dead-letters"}, adminOnly)
+
+	_, err = tx.Exec(ctx, `DELETE FROM silo.change_pending`)
+	require.NoError(t, err)
+	_, err = db.New(tx).ProfileApplyBatch(ctx, json.RawMessage(`[{"_id":"admin-only","_path":["x"],"_value":{"_v":null}}]`))
+	require.NoError(t, err)
+	var n, withReaders int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE cardinality(readers) > 0)
+		FROM api.changes_pending() WHERE channel = ANY ($1)`, adminOnly).Scan(&n, &withReaders))
+	require.Equal(t, 1, n)
+	require.Zero(t, withReaders)
+
+	err = dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SELECT api.change_publish('dead-letters', 'dead_letter', '{}', '{_all}')`)
+		return err
+	})
+	requireSQLState(t, err, "SLINV")
+	_, err = tx.Exec(ctx, `SELECT api.change_publish('dead-letters', 'dead_letter')`)
+	require.NoError(t, err)
+}

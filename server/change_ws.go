@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,7 +22,10 @@ import (
 //
 // The token comes from the Authorization header, as for the HTTP API, or from ?auth= (browsers
 // cannot set headers on a websocket); none is the anonymous identity (readers _all). A bad token
-// is refused with 401 and bad parameters with 400, before the upgrade.
+// is refused with 401 and bad parameters with 400, before the upgrade: a channel pattern that is
+// no channel pattern (change.Hub.CheckChannels) too, naming every such pattern in data.channels. A
+// channel the token may never read (dead-letters without admin) is answered on the connection, as
+// for a subscribe message.
 
 var upgrader = websocket.Upgrader{
 	ReadBufferSize:  1024,
@@ -53,6 +57,29 @@ func (s *server) changeWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid-parameters-format", err.Error(), nil)
 		return
+	}
+	if len(opts.Channels) > 0 {
+		refusals, err := s.hub.CheckChannels(r.Context(), opts.Channels, id.IsAdmin)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		var names, msgs []string
+		var hint string
+		for _, f := range refusals {
+			if f.ID == change.ErrIDInvalidChannel {
+				names, msgs = append(names, f.Channel), append(msgs, f.Message)
+				hint = cmp.Or(hint, f.Hint)
+			}
+		}
+		if len(names) > 0 {
+			data := map[string]any{"channels": names}
+			if hint != "" {
+				data["hint"] = hint
+			}
+			writeError(w, http.StatusBadRequest, change.ErrIDInvalidChannel, strings.Join(msgs, "; "), data)
+			return
+		}
 	}
 	if !websocket.IsWebSocketUpgrade(r) {
 		writeError(w, http.StatusBadRequest, "invalid-request-structure", "GET /ws expects a websocket upgrade", nil)

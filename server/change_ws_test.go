@@ -54,6 +54,12 @@ func TestChangeWSRefusesBadTokensBeforeTheUpgrade(t *testing.T) {
 		{"unknown token in ?auth", "?auth=silo_nope", nil, 401, "invalid-access-token"},
 		{"bad after", "?after=-1", bearer(reader), 400, "invalid-parameters-format"},
 		{"bad debounce", "?debounce_ms=x", nil, 400, "invalid-parameters-format"},
+		{"no channel name", "?channel=bogus", bearer(reader), 400, "invalid-parameters-format"},
+		{"an empty channel", "?channel=", bearer(reader), 400, "invalid-parameters-format"},
+		{"a * in the middle", "?channels=profile:*:x", bearer(reader), 400, "invalid-parameters-format"},
+		{"a NUL", "?channel=ops:%00", bearer(reader), 400, "invalid-parameters-format"},
+		{"not UTF-8", "?channel=ops:%FF", bearer(reader), 400, "invalid-parameters-format"},
+		{"one bad among good ones", "?channels=profile:a:*,bogus,dead-letters", bearer(reader), 400, "invalid-parameters-format"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, resp, err := websocket.DefaultDialer.Dial(url+tc.query, tc.header)
@@ -62,12 +68,35 @@ func TestChangeWSRefusesBadTokensBeforeTheUpgrade(t *testing.T) {
 			require.Equal(t, tc.status, resp.StatusCode)
 			body, _ := io.ReadAll(resp.Body)
 			var e struct {
-				Error struct{ ID string } `json:"error"`
+				Error struct {
+					ID   string
+					Data struct{ Channels []string }
+				} `json:"error"`
 			}
 			require.NoError(t, json.Unmarshal(body, &e), string(body))
 			require.Equal(t, tc.errID, e.Error.ID)
+			if tc.name == "one bad among good ones" {
+				// Only the invalid pattern is named: dead-letters is a channel, refused on the connection.
+				require.Equal(t, []string{"bogus"}, e.Error.Data.Channels)
+			}
 		})
 	}
+	// An over-long channel, named in full in the answer (longer than a websocket client reads of a
+	// refused handshake: asked without an upgrade, which is checked after the parameters).
+	long := "ops:" + strings.Repeat("x", 1000)
+	resp, err := http.Get(srv.URL + "/ws?channel=" + long)
+	require.NoError(t, err)
+	var e struct {
+		Error struct {
+			ID   string
+			Data struct{ Channels []string }
+		} `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+	resp.Body.Close()
+	require.Equal(t, 400, resp.StatusCode)
+	require.Equal(t, "invalid-parameters-format", e.Error.ID)
+	require.Equal(t, []string{long}, e.Error.Data.Channels)
 	// A valid token, in the header or in ?auth, and none at all open a session.
 	for _, tc := range []struct {
 		query  string
@@ -83,7 +112,7 @@ func TestChangeWSRefusesBadTokensBeforeTheUpgrade(t *testing.T) {
 		conn.Close()
 	}
 	// A plain GET is not an upgrade.
-	resp, err := http.Get(srv.URL + "/ws")
+	resp, err = http.Get(srv.URL + "/ws")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 400, resp.StatusCode)

@@ -3,6 +3,7 @@ package server
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -17,8 +18,9 @@ func New(cfg Config) http.Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 32 << 20
 	}
-	s := &server{pool: cfg.Pool, q: db.New(cfg.Pool), log: cfg.Logger, version: cfg.Version,
+	s := &server{pool: cfg.Pool, log: cfg.Logger, version: cfg.Version,
 		maxBody: cfg.MaxBodyBytes, metrics: newMetrics(cfg.Pool, cfg.Registry), hub: cfg.Hub}
+	s.q = db.New(timedDB{DBTX: cfg.Pool, m: s.metrics})
 	if cfg.Hub != nil {
 		for _, c := range cfg.Hub.Collectors() {
 			_ = s.metrics.registry.Register(c) // already registered when two servers share hub and registry
@@ -39,8 +41,49 @@ func New(cfg Config) http.Handler {
 	route("GET /dead-letters", s.deadLetterList)
 	route("POST /dead-letters/{id}/replay", s.deadLetterReplay)
 	route("GET /ws", s.changeWS)
-	mux.Handle("/", s.instrument("unmatched", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "unknown-resource", "no route for "+r.Method+" "+r.URL.Path, nil)
-	}))
-	return mux
+
+	// No catch-all route: one would match every request and hide the mux's own answer for a path
+	// that exists for other methods only (405 with Allow). A request no route serves gets the mux's
+	// answer (404, 405, or a redirect to the cleaned path) with the JSON error body.
+	unmatched := s.instrument("unmatched", func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(&jsonMiss{ResponseWriter: w, r: r}, r)
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			unmatched.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// jsonMiss writes the mux's 404 and 405 as Silo's JSON errors (the 405 keeps the mux's Allow
+// header) and passes anything else through.
+type jsonMiss struct {
+	http.ResponseWriter
+	r       *http.Request
+	written bool // the JSON error is written: the mux's plain text body is dropped
+}
+
+func (w *jsonMiss) WriteHeader(code int) {
+	switch code {
+	case http.StatusNotFound:
+		w.written = true
+		writeError(w.ResponseWriter, code, "unknown-resource", "no route for "+w.r.Method+" "+w.r.URL.Path, nil)
+	case http.StatusMethodNotAllowed:
+		w.written = true
+		allow := w.Header().Get("Allow")
+		writeError(w.ResponseWriter, code, "method-not-allowed",
+			w.r.URL.Path+" does not answer "+w.r.Method+": allowed are "+allow,
+			map[string]any{"allow": strings.Split(allow, ", ")})
+	default:
+		w.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (w *jsonMiss) Write(b []byte) (int, error) {
+	if w.written {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
 }

@@ -6,7 +6,8 @@
 --
 -- Public functions: api.change_publish (here); api.change_sequence, api.change_announce,
 -- api.changes_pending (sql/change/02_sequence.sql); api.changes_after, api.changes_since,
--- api.change_resume, api.change_status, api.change_trim (sql/change/03_read.sql).
+-- api.change_channels_check, api.change_resume, api.change_status, api.change_trim
+-- (sql/change/03_read.sql).
 --
 -- How a change travels:
 -- 1. The transaction that makes a change publishes it (see "How other domains publish" below): a row
@@ -43,7 +44,23 @@
 -- * reaper: kinds ttl (a grain deleted) and ttn (a grain due for notification); payload the reaper
 --   event (its id, the grain's coordinates and metadata, never the value); readers {the grain's
 --   reader} (sql/profile/10_reaper.sql).
--- * Any other channel a domain or a DBA publishes with api.change_publish or change_private.outbox.
+-- * Any other channel a domain or a DBA publishes with api.change_publish or change_private.outbox,
+--   named {namespace}:{name} (ops:deploy, reports:daily).
+--
+-- Channel names (one rule, change_private.channel_problem: api.change_publish refuses the names it
+-- calls invalid, api.changes_since and api.change_channels_check the patterns, and the websocket
+-- hub asks api.change_channels_check before it subscribes anyone): a channel is one of the names of
+-- their own in change_private.named_channels (dead-letters, reaper), or {namespace}:{name}, where
+-- the namespace is a lowercase letter followed by lowercase letters, digits, - and _ (the domain,
+-- such as profile, or any other word that is not a name of its own) and the name is anything
+-- non-empty; no channel has a *, none is longer than 1000 characters. A subscription pattern is a
+-- channel, * alone, or the beginning of some channel followed by * (profile:customer:*, profile:*,
+-- ops:*). Anything else (bogus, an empty name, a * before the end) is refused as invalid.
+--
+-- Channels for admins only: change_private.named_channels says which (today dead-letters). Their
+-- changes have no readers, so no other subscriber could ever receive one: api.change_publish
+-- refuses readers for them, and api.change_channels_check refuses a subscription to one from a
+-- subscriber that is not an admin (SLFRB) instead of letting it wait for changes it never gets.
 --
 -- Who sees a change (the one rule; the websocket hub mirrors it for live changes): an admin sees every
 -- change; any other subscriber sees a change when its readers (_all, _auth and its roles, from
@@ -102,6 +119,69 @@
 CREATE SCHEMA change_private;
 COMMENT ON SCHEMA change_private IS 'Internals of change notifications (sql/change/): not a public contract. Rebuilt with schema api.';
 
+-- A function rather than a table: the names of their own are code, changed with the publishers that
+-- use them, never by a DBA at run time.
+CREATE FUNCTION change_private.named_channels()
+RETURNS TABLE (channel text, admin_only boolean, description text)
+LANGUAGE sql IMMUTABLE
+AS $$
+    VALUES ('dead-letters', true, 'Dead letters of profile updates (sql/profile/13_change.sql): kind dead_letter, readers {}.'),
+           ('reaper', false, 'Reaper events (sql/profile/10_reaper.sql): kinds ttl and ttn, readers {the grain''s reader}.');
+$$;
+COMMENT ON FUNCTION change_private.named_channels() IS
+    'The channels that are a name of their own rather than {namespace}:{name}, one row each: channel (the name, also reserved as a namespace), admin_only (true: its changes have no readers, so only admins can receive them; api.change_publish refuses readers for it and api.change_channels_check refuses a subscription from anyone else), description (who publishes what on it). Raises nothing.';
+
+CREATE FUNCTION change_private.channel_hint()
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT 'A channel is ' || string_agg(n.channel, ', ' ORDER BY n.channel)
+           || ' or {namespace}:{name}, at most 1000 characters and without *: the namespace a lowercase letter followed by lowercase letters, digits, - or _, the name anything non-empty (profile:customer:0815, ops:deploy). A subscription pattern may end in * (profile:customer:*, ops:*, or * for every channel).'
+    FROM change_private.named_channels() n;
+$$;
+COMMENT ON FUNCTION change_private.channel_hint() IS
+    'The rule of channel names in one sentence, for the HINT of errors about them (api.change_publish, api.changes_since, api.change_channels_check). Raises nothing.';
+
+-- The namespace pattern allows a - or _ anywhere after the first letter, as in dead-letters. A
+-- prefix pattern is accepted when some channel could start with its prefix, so that a pattern that
+-- can never match anything (Bogus*, :x*) is refused like a misspelt name.
+CREATE FUNCTION change_private.channel_problem(p_name text, p_pattern boolean DEFAULT false)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE
+        WHEN p_name IS NULL THEN 'a channel must not be NULL'
+        WHEN p_name = '' THEN 'a channel must not be empty'
+        WHEN length(p_name) > 1000 THEN 'a channel has at most 1000 characters'
+        WHEN p_pattern AND p_name = '*' THEN NULL
+        WHEN NOT p_pattern AND strpos(p_name, '*') > 0 THEN 'a channel has no *'
+        WHEN strpos(left(p_name, -1), '*') > 0 THEN 'a * is allowed only at the end of a pattern'
+        WHEN right(p_name, 1) = '*' THEN
+            CASE WHEN EXISTS (SELECT FROM change_private.named_channels() n WHERE starts_with(n.channel, left(p_name, -1)))
+                      OR left(p_name, -1) ~ '^[a-z][a-z0-9_-]*$'
+                      OR (left(p_name, -1) ~ '^[a-z][a-z0-9_-]*:'
+                          AND NOT EXISTS (SELECT FROM change_private.named_channels() n
+                                          WHERE n.channel = split_part(p_name, ':', 1)))
+                 THEN NULL
+                 ELSE 'no channel starts with ' || left(p_name, -1) END
+        WHEN EXISTS (SELECT FROM change_private.named_channels() n WHERE n.channel = p_name) THEN NULL
+        WHEN p_name !~ '^[a-z][a-z0-9_-]*:.' THEN 'not a channel name'
+        WHEN EXISTS (SELECT FROM change_private.named_channels() n WHERE n.channel = split_part(p_name, ':', 1))
+            THEN split_part(p_name, ':', 1) || ' is a channel of its own, not a namespace'
+    END;
+$$;
+COMMENT ON FUNCTION change_private.channel_problem(text, boolean) IS
+    'Why p_name is not a channel name (p_pattern false, the default: what api.change_publish accepts) or not a subscription pattern (p_pattern true: what api.changes_since and api.change_channels_check accept); NULL when it is one. The rule is specified in sql/change/01_publish.sql ("Channel names"); change_private.channel_hint says it in one sentence. Raises nothing.';
+
+CREATE FUNCTION change_private.channel_admin_only(p_channel text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (SELECT FROM change_private.named_channels() n WHERE n.channel = p_channel AND n.admin_only);
+$$;
+COMMENT ON FUNCTION change_private.channel_admin_only(text) IS
+    'Whether p_channel is a channel for admins only (column admin_only of change_private.named_channels): its changes have no readers. False for NULL and for patterns. Raises nothing.';
+
 -- A setting nobody set reads as NULL (current_setting(..., true)), hence on: capture needs no
 -- configuration.
 CREATE FUNCTION change_private.capture_on()
@@ -134,10 +214,16 @@ CREATE FUNCTION api.change_publish(p_channel text, p_kind text, p_payload jsonb 
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+    v_problem text := change_private.channel_problem(p_channel);
 BEGIN
-    IF coalesce(p_channel, '') = '' OR length(p_channel) > 1000 OR strpos(p_channel, '*') > 0 THEN
-        RAISE EXCEPTION 'invalid channel: %', coalesce(p_channel, 'NULL') USING ERRCODE = 'SLINV',
-            HINT = 'A channel is a non-empty name without *, at most 1000 characters, such as reports:daily.';
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid channel %: %', coalesce(p_channel, 'NULL'), v_problem USING ERRCODE = 'SLINV',
+            HINT = change_private.channel_hint();
+    END IF;
+    IF change_private.channel_admin_only(p_channel) AND cardinality(p_readers) > 0 THEN
+        RAISE EXCEPTION 'channel % is for admins only: its changes have no readers', p_channel USING ERRCODE = 'SLINV',
+            DETAIL = format('got readers %s', p_readers), HINT = 'Publish with readers {} (the default).';
     END IF;
     IF coalesce(p_kind, '') = '' THEN
         RAISE EXCEPTION 'kind must not be empty' USING ERRCODE = 'SLINV';
@@ -151,7 +237,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.change_publish(text, text, jsonb, text[]) IS
-    'Publishes one change in the caller''s transaction. p_channel: the channel, a non-empty name without *, at most 1000 characters (e.g. reports:daily); p_kind: what happened, non-empty; p_payload (default {}; NULL counts as {}): a small JSON object of ids, never the data; p_readers (default {}: admins only; NULL counts as {}): who may see it, e.g. {_all} everyone, {_auth} every token, or reader roles. Returns nothing. After commit the change is numbered in commit order into silo.changes, and websocket subscribers of a matching channel whose readers overlap p_readers (and admins) receive it; notifies silo_change_pending at commit unless silo.change_notify is off. Raises SLINV for a NULL or empty channel or kind, a channel with * or over 1000 characters, or a payload that is not a JSON object.';
+    'Publishes one change in the caller''s transaction. p_channel: the channel, a name of its own (change_private.named_channels: dead-letters, reaper) or {namespace}:{name} (e.g. reports:daily), without *, at most 1000 characters (change_private.channel_problem); p_kind: what happened, non-empty; p_payload (default {}; NULL counts as {}): a small JSON object of ids, never the data; p_readers (default {}: admins only; NULL counts as {}): who may see it, e.g. {_all} everyone, {_auth} every token, or reader roles. Returns nothing. After commit the change is numbered in commit order into silo.changes, and websocket subscribers of a matching channel whose readers overlap p_readers (and admins) receive it; notifies silo_change_pending at commit unless silo.change_notify is off. Raises SLINV for a NULL or invalid channel (empty, with *, over 1000 characters, or neither a name of its own nor {namespace}:{name}: bogus), readers for a channel for admins only (dead-letters), a NULL or empty kind, or a payload that is not a JSON object.';
 
 -- The compact form costs the writer one array per column instead of a JSON object per profile:
 -- grouping and payloads are built off the write path, by api.change_sequence.

@@ -1,8 +1,9 @@
 -- Change notifications, reading and trimming the log: the websocket hub's feed
 -- (api.changes_after), a resuming subscriber's replay (api.changes_since, api.change_resume), the
--- state for DBAs (api.change_status) and the periodic trim (api.change_trim). Every read is by id
--- range, because ids are the resume positions; the trim horizon (silo.change_horizon) tells a
--- resuming subscriber whether the changes after its id are all still there.
+-- check of a subscription (api.change_channels_check), the state for DBAs (api.change_status) and
+-- the periodic trim (api.change_trim). Every read is by id range, because ids are the resume
+-- positions; the trim horizon (silo.change_horizon) tells a resuming subscriber whether the changes
+-- after its id are all still there.
 
 -- Unfiltered on purpose: each process reads a change once and filters it in memory for all its
 -- subscribers.
@@ -36,6 +37,8 @@ DECLARE
     v_exact   text[];
     v_like    text[];
     v_horizon bigint;
+    v_bad     text;
+    v_problem text;
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
         RAISE EXCEPTION 'limit must be between 1 and 10000, got %', p_limit USING ERRCODE = 'SLINV';
@@ -43,13 +46,12 @@ BEGIN
     IF cardinality(p_channels) > 1000 THEN
         RAISE EXCEPTION 'at most 1000 channels, got %', cardinality(p_channels) USING ERRCODE = 'SLINV';
     END IF;
-    IF EXISTS (SELECT FROM unnest(p_channels) AS c
-               WHERE c IS NULL OR c = '' OR length(c) > 1000 OR strpos(left(c, -1), '*') > 0) THEN
-        RAISE EXCEPTION 'invalid channel: %', (SELECT coalesce(c, 'NULL') FROM unnest(p_channels) AS c
-                                               WHERE c IS NULL OR c = '' OR length(c) > 1000 OR strpos(left(c, -1), '*') > 0
-                                               LIMIT 1)
-            USING ERRCODE = 'SLINV',
-                  HINT = 'A channel is a non-empty name such as profile:customer:0815, dead-letters or reaper, at most 1000 characters; a * is allowed only at the end (profile:customer:*).';
+    SELECT coalesce(c.c, 'NULL'), c.problem INTO v_bad, v_problem
+    FROM (SELECT x AS c, change_private.channel_problem(x, true) AS problem FROM unnest(p_channels) AS x) c
+    WHERE c.problem IS NOT NULL
+    LIMIT 1;
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid channel %: %', v_bad, v_problem USING ERRCODE = 'SLINV', HINT = change_private.channel_hint();
     END IF;
     -- One snapshot for the whole function (STABLE): the horizon and the rows agree.
     SELECT h.trimmed_through INTO v_horizon FROM silo.change_horizon h;
@@ -74,7 +76,31 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.changes_since(bigint, text[], text[], boolean, integer) IS
-    'The changes after id p_after (NULL counts as 0) that a subscriber receives, oldest first, at most p_limit (default 1000, 1..10000): rows of silo.changes (id, channel, kind, payload, readers, created, sequenced). p_channels: up to 1000 patterns, each a channel name or a prefix ending in * (* alone: every channel); NULL or empty: no rows. p_readers: the subscriber''s readers (_all, _auth and its roles, as api.token_authenticate returns them); a change is visible when they overlap its readers. p_is_admin (NULL counts as false): sees every change. The replay of a resuming websocket subscriber, which pages through it with the id of the last row. Raises SLINV when p_limit is NULL or outside 1..10000, for more than 1000 patterns, or for a pattern that is NULL, empty, longer than 1000 characters or has a * before its end; SCEXP when the log has been trimmed past p_after (changes after it may be gone: api.change_resume says where to go on from).';
+    'The changes after id p_after (NULL counts as 0) that a subscriber receives, oldest first, at most p_limit (default 1000, 1..10000): rows of silo.changes (id, channel, kind, payload, readers, created, sequenced). p_channels: up to 1000 patterns, each a channel name or a prefix ending in * (* alone: every channel); NULL or empty: no rows. p_readers: the subscriber''s readers (_all, _auth and its roles, as api.token_authenticate returns them); a change is visible when they overlap its readers. p_is_admin (NULL counts as false): sees every change. The replay of a resuming websocket subscriber, which pages through it with the id of the last row. Raises SLINV when p_limit is NULL or outside 1..10000, for more than 1000 patterns, or for a pattern that is no subscription pattern (change_private.channel_problem: NULL, empty, longer than 1000 characters, a * before its end, or matching no possible channel, such as bogus); SCEXP when the log has been trimmed past p_after (changes after it may be gone: api.change_resume says where to go on from).';
+
+-- The websocket hub asks this before it subscribes anyone, so that a client hears at once what it
+-- will never receive instead of waiting for it; api.changes_since applies the same rule of names.
+-- One row per refused pattern, in the order given: the hub answers each with an error of its own.
+CREATE FUNCTION api.change_channels_check(p_channels text[], p_is_admin boolean DEFAULT false)
+RETURNS TABLE (channel text, sqlstate text, message text, hint text)
+LANGUAGE sql STABLE
+AS $$
+    SELECT v.c,
+           CASE WHEN v.problem IS NOT NULL THEN 'SLINV' ELSE 'SLFRB' END,
+           CASE WHEN v.problem IS NOT NULL
+                THEN format('invalid channel %s: %s',
+                            CASE WHEN length(v.c) > 100 THEN left(v.c, 100) || '...' ELSE coalesce(v.c, 'NULL') END,
+                            v.problem)
+                ELSE format('channel %s is for admins only: its changes have no readers', v.c) END,
+           CASE WHEN v.problem IS NOT NULL THEN change_private.channel_hint() END
+    FROM (SELECT x.c, x.ord, change_private.channel_problem(x.c, true) AS problem
+          FROM unnest(p_channels) WITH ORDINALITY AS x(c, ord)) v
+    WHERE v.problem IS NOT NULL
+       OR (NOT coalesce(p_is_admin, false) AND change_private.channel_admin_only(v.c))
+    ORDER BY v.ord;
+$$;
+COMMENT ON FUNCTION api.change_channels_check(text[], boolean) IS
+    'The subscription patterns of p_channels a subscriber may not have, one row per refused pattern in the order given (none: all are fine): channel (the pattern), sqlstate (SLINV: not a subscription pattern, by the rule of change_private.channel_problem: NULL, empty, over 1000 characters, a * before its end, or matching no possible channel, such as bogus; SLFRB: a channel for admins only, change_private.named_channels, such as dead-letters, and p_is_admin is false), message (what is wrong, naming the pattern), hint (the rule of names for SLINV, NULL for SLFRB). p_is_admin (default false; NULL counts as false): the subscriber is an admin. The websocket hub calls it before it subscribes anyone; api.changes_since refuses the same invalid patterns (SLINV) and filters out what a subscriber may not see. Raises nothing.';
 
 -- ahead is judged against the sequence as well as the log: every id a run has drawn counts as
 -- handed out, even one whose rows this snapshot does not show.
