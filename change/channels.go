@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/silo-db/silo/db"
 )
 
 // Which subscription patterns a client may have is the SQL's rule (sql/change/01_publish.sql,
@@ -31,10 +31,6 @@ type Refusal struct {
 	Hint    string // the rule of channel names, for an invalid pattern
 }
 
-// checkChannelsSQL is the one call of api.change_channels_check (sql/change/03_read.sql).
-const checkChannelsSQL = `SELECT c.channel::text, c.sqlstate::text, c.message::text, coalesce(c.hint, '')::text
-FROM api.change_channels_check($1::text[], $2::boolean) c`
-
 // CheckChannels returns the patterns of channels that a client (an admin or not) may not subscribe
 // to, in the order given, each once; none when all are fine. Its error is the database's.
 func (h *Hub) CheckChannels(ctx context.Context, channels []string, admin bool) ([]Refusal, error) {
@@ -55,22 +51,17 @@ func (h *Hub) CheckChannels(ctx context.Context, channels []string, admin bool) 
 	if len(ask) == 0 {
 		return out, nil
 	}
-	rows, err := h.cfg.Pool.Query(ctx, checkChannelsSQL, ask, admin)
+	rows, err := h.q.ChangeChannelsCheck(ctx, db.ChangeChannelsCheckParams{Channels: ask, IsAdmin: admin})
 	if err != nil {
 		return nil, fmt.Errorf("error checking channels: %w", err)
 	}
-	refused, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Refusal, error) {
-		var f Refusal
-		var sqlstate string
-		err := r.Scan(&f.Channel, &sqlstate, &f.Message, &f.Hint)
-		f.ID = ErrIDInvalidChannel
-		if sqlstate == "SLFRB" {
+	refused := make([]Refusal, 0, len(rows))
+	for _, r := range rows {
+		f := Refusal{Channel: r.Channel, ID: ErrIDInvalidChannel, Message: r.Message, Hint: r.Hint}
+		if r.SQLState == "SLFRB" {
 			f.ID = ErrIDForbiddenChannel
 		}
-		return f, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("error checking channels: %w", err)
+		refused = append(refused, f)
 	}
 	// In the order given: the refusals found here and those of the SQL interleaved.
 	byName := make(map[string]Refusal, len(out)+len(refused))

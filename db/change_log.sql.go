@@ -21,6 +21,51 @@ func (q *Queries) ChangeAnnounce(ctx context.Context, lastID int64) error {
 	return err
 }
 
+const changeChannelsCheck = `-- name: ChangeChannelsCheck :many
+SELECT c.channel::text AS channel, c.sqlstate::text AS sqlstate, c.message::text AS message,
+       coalesce(c.hint, '')::text AS hint
+FROM api.change_channels_check($1::text[], $2::boolean) c
+`
+
+type ChangeChannelsCheckParams struct {
+	Channels []string `json:"channels"`
+	IsAdmin  bool     `json:"isAdmin"`
+}
+
+type ChangeChannelsCheckRow struct {
+	Channel  string `json:"channel"`
+	SQLState string `json:"sqlstate"`
+	Message  string `json:"message"`
+	Hint     string `json:"hint"`
+}
+
+// The subscription patterns a client (an admin or not) may not have, and why: SLINV for a pattern
+// that is no channel pattern, SLFRB for a channel for admins only.
+func (q *Queries) ChangeChannelsCheck(ctx context.Context, arg ChangeChannelsCheckParams) ([]ChangeChannelsCheckRow, error) {
+	rows, err := q.db.Query(ctx, changeChannelsCheck, arg.Channels, arg.IsAdmin)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChangeChannelsCheckRow
+	for rows.Next() {
+		var i ChangeChannelsCheckRow
+		if err := rows.Scan(
+			&i.Channel,
+			&i.SQLState,
+			&i.Message,
+			&i.Hint,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const changeResume = `-- name: ChangeResume :one
 SELECT r.status::text AS status, r.resume_after::bigint AS resume_after,
        r.trimmed_through::bigint AS trimmed_through, r.last_id::bigint AS last_id

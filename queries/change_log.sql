@@ -35,3 +35,10 @@ FROM api.change_status() s;
 -- name: ChangeTrim :one
 -- Deletes changes older than the retention; NULL takes silo.settings change_retention.
 SELECT api.change_trim(sqlc.narg(retention)::interval)::bigint AS deleted;
+
+-- name: ChangeChannelsCheck :many
+-- The subscription patterns a client (an admin or not) may not have, and why: SLINV for a pattern
+-- that is no channel pattern, SLFRB for a channel for admins only.
+SELECT c.channel::text AS channel, c.sqlstate::text AS sqlstate, c.message::text AS message,
+       coalesce(c.hint, '')::text AS hint
+FROM api.change_channels_check(sqlc.arg(channels)::text[], sqlc.arg(is_admin)::boolean) c;
