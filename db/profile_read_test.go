@@ -432,6 +432,75 @@ func TestProfileGetResolveLinks(t *testing.T) {
 	readRequireDocument(t, readDocument("read-link-old", link("read-link-target")), got.JSONPayload)
 }
 
+// A caller follows a profile link only when it may read the link grain: otherwise it reads the id
+// as given, and no error names the link's target.
+func TestProfileGetResolveLinksRespectsReaders(t *testing.T) {
+	t.Parallel()
+	b := readSetup(t)
+	link := func(target, reader string) readRow {
+		return readRow{Path: "/new", Value: `"` + target + `"`, Inserted: 7, Reader: reader}
+	}
+	target := readRow{Path: "/x", Value: `"target's"`, Inserted: 1, Reader: "_all"}
+	b.insert(t, "rr", "rr-target", target)
+	b.insert(t, "profile_link", "rr-hidden", link("rr-target", "vip")) // rr-hidden -> rr-target, readable by vip
+	b.insert(t, "profile_link", "rr-open", link("rr-mid", "_auth"))    // rr-open -> rr-mid -> rr-target
+	b.insert(t, "profile_link", "rr-mid", link("rr-target", "vip"))
+
+	token, vip := []string{"_all", "_auth"}, []string{"_all", "_auth", "vip"}
+	tests := []struct {
+		name, id string
+		readers  []string
+		wantID   string // the id read: found when it is rr-target, else not found
+	}{
+		{name: "hidden link not followed", id: "rr-hidden", readers: token, wantID: "rr-hidden"},
+		{name: "hidden link followed by its reader", id: "rr-hidden", readers: vip, wantID: "rr-target"},
+		{name: "hidden link followed without readers", id: "rr-hidden", wantID: "rr-target"},
+		{name: "readable link followed up to the hidden one", id: "rr-open", readers: token, wantID: "rr-mid"},
+		{name: "every link followed by their reader", id: "rr-open", readers: vip, wantID: "rr-target"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := b.get(t, db.ProfileGetParams{ProfileType: "rr", CorrelationID: tt.id, WithHistory: true,
+				ResolveLinks: true, Readers: tt.readers})
+			grain, grainErr := b.grain(t, db.ProfileGrainGetParams{ProfileType: "rr", CorrelationID: tt.id, Path: "x",
+				WithHistory: true, PageSize: 250, ResolveLinks: true, Readers: tt.readers})
+			var resolved string
+			require.NoError(t, b.tx.QueryRow(b.ctx, `SELECT api.profile_link_resolve($1, $2)`, tt.id, tt.readers).Scan(&resolved))
+			require.Equal(t, tt.wantID, resolved)
+			if tt.wantID != "rr-target" {
+				for _, err := range []error{err, grainErr} {
+					pgErr := readRequireCode(t, err, "SLNFD")
+					require.NotContains(t, pgErr.Message+pgErr.Detail+pgErr.Hint, "rr-target")
+					if tt.wantID == tt.id {
+						require.Empty(t, pgErr.Detail)
+					} else {
+						require.Equal(t, "Its profile links lead to correlation id '"+tt.wantID+"'.", pgErr.Detail)
+					}
+				}
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.wantID, got.CorrelationID)
+			readRequireDocument(t, readDocument(tt.wantID, target), got.JSONPayload)
+			require.NoError(t, grainErr)
+			require.Equal(t, tt.wantID, grain.CorrelationID)
+		})
+	}
+
+	// Not found behind a link: the DETAIL names the target only to a caller that may read the link.
+	for _, tc := range []struct {
+		readers []string
+		detail  string
+	}{{token, ""}, {vip, "Its profile links lead to correlation id 'rr-target'."}} {
+		_, err := b.grain(t, db.ProfileGrainGetParams{ProfileType: "rr", CorrelationID: "rr-hidden", Path: "nothing",
+			WithHistory: true, PageSize: 250, ResolveLinks: true, Readers: tc.readers})
+		require.Equal(t, tc.detail, readRequireCode(t, err, "SLNFD").Detail)
+		_, err = b.get(t, db.ProfileGetParams{ProfileType: "rr", CorrelationID: "rr-hidden", Fragments: []string{"nothing"},
+			WithHistory: true, ResolveLinks: true, Readers: tc.readers})
+		require.Equal(t, tc.detail, readRequireCode(t, err, "SLNFD").Detail)
+	}
+}
+
 // Keys and strings that need escaping in JSON come out as valid JSON with the same text; values of
 // every grain type come out as stored.
 func TestProfileGetEscapingAndValues(t *testing.T) {

@@ -85,6 +85,57 @@ func (q *Queries) ProfileApplyBatch(ctx context.Context, updates json.RawMessage
 	return items, nil
 }
 
+const profileApplyBatchForReaders = `-- name: ProfileApplyBatchForReaders :many
+SELECT b.ord::integer AS ord, b.status::text AS status, b.operation, b.correlation_id, b.sqlstate,
+       b.reason, b.dead_letter_id
+FROM api.profile_apply_batch($1::jsonb, $2::text[]) b
+`
+
+type ProfileApplyBatchForReadersParams struct {
+	Updates json.RawMessage `json:"updates"`
+	Readers []string        `json:"readers"`
+}
+
+type ProfileApplyBatchForReadersRow struct {
+	Ord           int32   `json:"ord"`
+	Status        string  `json:"status"`
+	Operation     *string `json:"operation"`
+	CorrelationID *string `json:"correlationId"`
+	SQLState      *string `json:"sqlstate"`
+	Reason        *string `json:"reason"`
+	DeadLetterID  *int64  `json:"deadLetterId"`
+}
+
+// As ProfileApplyBatch, told as a caller with these readers may see the results (the HTTP layer
+// passes its token's).
+func (q *Queries) ProfileApplyBatchForReaders(ctx context.Context, arg ProfileApplyBatchForReadersParams) ([]ProfileApplyBatchForReadersRow, error) {
+	rows, err := q.db.Query(ctx, profileApplyBatchForReaders, arg.Updates, arg.Readers)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProfileApplyBatchForReadersRow
+	for rows.Next() {
+		var i ProfileApplyBatchForReadersRow
+		if err := rows.Scan(
+			&i.Ord,
+			&i.Status,
+			&i.Operation,
+			&i.CorrelationID,
+			&i.SQLState,
+			&i.Reason,
+			&i.DeadLetterID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const profileLinkResolve = `-- name: ProfileLinkResolve :one
 SELECT api.profile_link_resolve($1::text)::text AS target
 `

@@ -12,3 +12,10 @@ FROM api.profile_apply(sqlc.arg(update)::jsonb) a;
 
 -- name: ProfileLinkResolve :one
 SELECT api.profile_link_resolve(sqlc.arg(correlation_id)::text)::text AS target;
+
+-- name: ProfileApplyBatchForReaders :many
+-- As ProfileApplyBatch, told as a caller with these readers may see the results (the HTTP layer
+-- passes its token's).
+SELECT b.ord::integer AS ord, b.status::text AS status, b.operation, b.correlation_id, b.sqlstate,
+       b.reason, b.dead_letter_id
+FROM api.profile_apply_batch(sqlc.arg(updates)::jsonb, sqlc.arg(readers)::text[]) b;

@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/silo-db/silo/change"
 	"github.com/silo-db/silo/db/dbtest"
 	"github.com/silo-db/silo/server"
 )
@@ -21,6 +24,7 @@ import (
 func TestMain(m *testing.M) { dbtest.Main(m) }
 
 type testBundle struct {
+	pool                      *pgxpool.Pool
 	srv                       *httptest.Server
 	admin, writer, reader, pr string // tokens: admin; write only; read (no roles); read with role _pers
 }
@@ -28,7 +32,7 @@ type testBundle struct {
 func setup(t testing.TB) *testBundle {
 	t.Helper()
 	pool := dbtest.Pool(t)
-	b := &testBundle{srv: httptest.NewServer(server.New(server.Config{Pool: pool, Version: "test"}))}
+	b := &testBundle{pool: pool, srv: httptest.NewServer(server.New(server.Config{Pool: pool, Version: "test"}))}
 	t.Cleanup(b.srv.Close)
 	tok := func(name, roles string, write, admin bool) string {
 		var s string
@@ -41,6 +45,15 @@ func setup(t testing.TB) *testBundle {
 	b.reader = tok("reader", "", false, false)
 	b.pr = tok("pers", "_pers", false, false)
 	return b
+}
+
+// anonymousReads turns anonymous reads on or off (silo.settings auth.anonymous_reads, off by
+// default). A server sees the change within the identity cache's 5 seconds; set it before the
+// first request without a token.
+func (b *testBundle) anonymousReads(t testing.TB, on bool) {
+	t.Helper()
+	_, err := b.pool.Exec(context.Background(), `UPDATE silo.settings SET value = $1 WHERE key = 'auth.anonymous_reads'`, fmt.Sprint(on))
+	require.NoError(t, err)
 }
 
 func (b *testBundle) do(t testing.TB, method, path, auth, body string) (int, map[string]any) {
@@ -116,11 +129,16 @@ func TestAuth(t *testing.T) {
 	require.Equal(t, "forbidden", errID(body))
 	code, _ = b.do(t, "GET", "/profiles/_d/c1", "Bearer bad", "")
 	require.Equal(t, 401, code)
+	// Without a token, reads are refused too (anonymous reads are off by default).
+	code, body = b.do(t, "GET", "/profiles/_d/c1", "", "")
+	require.Equal(t, 401, code)
+	require.Equal(t, "invalid-access-token", errID(body))
 }
 
 func TestProfileUpdatesAndReads(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.anonymousReads(t, true) // the reads without a token below
 	w := "Bearer " + b.writer
 	code, body := b.do(t, "POST", "/profile-updates", w, `[
 		{"_id":"0815","_path":["a1"],"_value":{"_v":"abc","_c":0.4,"_in":123,"_reader":"_all"}},
@@ -273,4 +291,166 @@ func TestConcurrentRequestsGetTheirOwnResults(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// Deny by default: without a token, every route is refused, websockets included, until an operator
+// turns anonymous reads on; then only reads of _all grains, within the identity cache's 5 seconds
+// either way.
+func TestAnonymousAccess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	hub := change.NewHub(change.Config{Pool: pool})
+	require.NoError(t, hub.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		require.NoError(t, hub.Stop(sctx))
+	})
+	b := &testBundle{pool: pool, srv: httptest.NewServer(server.New(server.Config{Pool: pool, Version: "test", Hub: hub}))}
+	t.Cleanup(b.srv.Close)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT token FROM api.token_create('writer', '{}', true, false)`).Scan(&b.writer))
+	code, _ := b.do(t, "POST", "/profile-updates", "Bearer "+b.writer,
+		`[{"_id":"anon","_path":["pub"],"_value":{"_v":"1","_reader":"_all"}},{"_id":"anon","_path":["auth"],"_value":{"_v":"2"}}]`)
+	require.Equal(t, 200, code)
+	deadline := time.Now().Add(30 * time.Second)
+	for !hub.Ready() {
+		require.True(t, time.Now().Before(deadline), "the hub did not get ready")
+		time.Sleep(20 * time.Millisecond)
+	}
+	wsURL := "ws" + strings.TrimPrefix(b.srv.URL, "http") + "/ws"
+
+	refused := func(t *testing.T) {
+		for _, path := range []string{"/profiles/_d/anon", "/profiles/_d/anon/grain/pub", "/profiles/_d/nobody"} {
+			code, body := b.do(t, "GET", path, "", "")
+			require.Equal(t, 401, code, path)
+			require.Equal(t, "invalid-access-token", errID(body), path)
+			require.Contains(t, body["error"].(map[string]any)["data"].(map[string]any)["hint"], "auth.anonymous_reads")
+		}
+		_, resp, err := websocket.DefaultDialer.Dial(wsURL, nil)
+		require.ErrorIs(t, err, websocket.ErrBadHandshake)
+		resp.Body.Close()
+		require.Equal(t, 401, resp.StatusCode)
+	}
+	refused(t)
+
+	// Turned on: reads of _all grains, nothing else.
+	b.anonymousReads(t, true)
+	require.Eventually(t, func() bool {
+		code, _ := b.do(t, "GET", "/profiles/_d/anon", "", "")
+		return code == 200
+	}, 10*time.Second, 100*time.Millisecond, "the setting is seen within the identity cache's 5 seconds")
+	code, body := b.do(t, "GET", "/profiles/_d/anon", "", "")
+	require.Equal(t, 200, code)
+	require.Contains(t, body["jsonPayload"], "pub")
+	require.NotContains(t, body["jsonPayload"], "auth")
+	code, body = b.do(t, "POST", "/profile-updates", "", `{"_id":"anon","_path":["x"],"_value":{"_v":"1"}}`)
+	require.Equal(t, 401, code)
+	require.Equal(t, "invalid-access-token", errID(body))
+	code, _ = b.do(t, "GET", "/dead-letters", "", "")
+	require.Equal(t, 401, code)
+	conn, resp, err := websocket.DefaultDialer.Dial(wsURL, nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	conn.Close()
+
+	// Off again: refused again.
+	b.anonymousReads(t, false)
+	require.Eventually(t, func() bool {
+		code, _ := b.do(t, "GET", "/profiles/_d/anon", "", "")
+		return code == 401
+	}, 10*time.Second, 100*time.Millisecond)
+	refused(t)
+}
+
+// A caller follows a profile link only when it may read the link grain, and no answer names the
+// target of a link it may not read.
+func TestProfileLinksRespectReaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	code, body := b.do(t, "POST", "/profile-updates", "Bearer "+b.writer, `[
+		{"_id":"link-target","_path":["a"],"_value":{"_v":"1","_reader":"_all"}},
+		{"_operation":"_profile_link","_id":"link-alias","_value":{"_v":"link-target","_reader":"_pers"}}]`)
+	require.Equal(t, 200, code, body)
+	for _, tc := range []struct {
+		name, auth string
+		follows    bool
+	}{{"without the link's reader", "Bearer " + b.reader, false}, {"with it", "Bearer " + b.pr, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, path := range []string{"/profiles/_d/link-alias?resolveProfileLinks=true",
+				"/profiles/_d/link-alias/grain/a?resolveProfileLinks=true"} {
+				code, body := b.do(t, "GET", path, tc.auth, "")
+				if tc.follows {
+					require.Equal(t, 200, code, path)
+					require.Equal(t, "link-target", body["correlationId"])
+					continue
+				}
+				require.Equal(t, 404, code, path)
+				raw, _ := json.Marshal(body)
+				require.NotContains(t, string(raw), "link-target", path)
+			}
+			// Not found behind the link: the detail names the target only to the link's reader.
+			code, body := b.do(t, "GET", "/profiles/_d/link-alias/grain/nothing?resolveProfileLinks=true", tc.auth, "")
+			require.Equal(t, 404, code)
+			raw, _ := json.Marshal(body)
+			require.Equal(t, tc.follows, strings.Contains(string(raw), "link-target"), string(raw))
+		})
+	}
+}
+
+// A write token writes any grain, but its results tell nothing of a grain it may not read: ok
+// rather than noop, a grain type clash without the existing type. The dead letter, which only
+// admins read, keeps the full reason.
+func TestWriteResultsTellOnlyWhatTheTokenMayRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var persWriter string
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		`SELECT token FROM api.token_create('pers-writer', '{_pers}', true, false)`).Scan(&persWriter))
+	code, body := b.do(t, "POST", "/profile-updates", "Bearer "+b.admin, `[
+		{"_id":"probe","_path":["hidden"],"_value":{"_v":"secret","_reader":"_pers"}},
+		{"_id":"probe","_path":["open"],"_value":{"_v":"public"}}]`)
+	require.Equal(t, 200, code, body)
+	probes := `[
+		{"_operation":"_set_if_not_exist","_id":"probe","_path":["hidden"],"_value":{"_v":"guess"}},
+		{"_operation":"_set_with_history_distinct","_id":"probe","_path":["hidden"],"_value":{"_v":"secret"}},
+		{"_operation":"_set_max","_id":"probe","_path":["hidden"],"_value":{"_v":"a"}},
+		{"_operation":"_set_if_not_exist","_id":"probe","_path":["open"],"_value":{"_v":"guess"}},
+		{"_operation":"_inc","_id":"probe","_path":["hidden"],"_value":{"_v":"0|1|1"}}]`
+	results := func(auth string) ([]string, map[string]any) {
+		code, body := b.do(t, "POST", "/profile-updates", auth, probes)
+		require.Equal(t, 200, code, body)
+		var statuses []string
+		var clash map[string]any
+		for _, r := range body["results"].([]any) {
+			statuses = append(statuses, r.(map[string]any)["status"].(string))
+			if e, ok := r.(map[string]any)["error"].(map[string]any); ok {
+				clash = e
+			}
+		}
+		return statuses, clash
+	}
+
+	statuses, clash := results("Bearer " + b.writer)
+	require.Equal(t, []string{"ok", "ok", "ok", "noop", "dead_letter"}, statuses)
+	require.Equal(t, "Grain type differs from the existing grain: _inc writes grain type c, the grain at /hidden has another grain type", clash["message"])
+	dlID := jsonNum(clash["data"].(map[string]any)["deadLetterId"].(float64))
+
+	statuses, clash = results("Bearer " + persWriter)
+	require.Equal(t, []string{"noop", "noop", "noop", "noop", "dead_letter"}, statuses)
+	require.Equal(t, "Grain type differs from the existing grain: _inc writes grain type c, the grain at /hidden has grain type t", clash["message"])
+
+	// Nothing was written, and the admin reads the full reason in the dead letter.
+	code, body = b.do(t, "GET", "/profiles/_d/probe/grain/hidden", "Bearer "+b.pr, "")
+	require.Equal(t, 200, code)
+	require.Equal(t, "secret", body["jsonPayload"].(map[string]any)["hidden"].(map[string]any)["_latest"].(map[string]any)["_v"])
+	code, body = b.do(t, "GET", "/dead-letters?correlationId=probe&sqlstate=SPTYP", "Bearer "+b.admin, "")
+	require.Equal(t, 200, code)
+	dls := body["deadLetters"].([]any)
+	require.Len(t, dls, 2)
+	require.Equal(t, dlID, jsonNum(dls[0].(map[string]any)["id"].(float64)))
+	for _, d := range dls {
+		require.Equal(t, "Grain type differs from the existing grain: _inc writes grain type c, the grain at /hidden has grain type t",
+			d.(map[string]any)["reason"])
+	}
 }

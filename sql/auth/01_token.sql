@@ -37,8 +37,10 @@ $$;
 COMMENT ON FUNCTION api.token_create(text, text[], boolean, boolean) IS
     'Creates an access token named p_name. p_roles (default {}): its reader roles: it reads grains and changes whose reader is one of them, besides _all and _auth; p_can_write (default false): may apply profile updates; p_is_admin (default false): may administer (dead letters) and sees every change, implies can_write. NULL arguments count as their defaults. Returns one row: token, the token in plain text (the only time it is visible: only its SHA-256 is stored), and the stored id, name, roles, can_write, is_admin. Raises SLINV when p_name is NULL or empty; SLCNF when a token of that name exists, revoked ones included (a name is never reused). Two concurrent creations of one name may fail with 23505 (unique_violation) instead of SLCNF.';
 
--- No token is no error: an anonymous request reads what is public (_all), so public reads need no
--- token at all.
+-- Deny by default: a request without a token is refused unless an operator turned anonymous reads
+-- on (silo.settings auth.anonymous_reads, as PostgREST's anonymous role), and then it reads only
+-- what is public (_all). The setting is read at every call, never cached here, so an UPDATE takes
+-- effect with the next call (an HTTP process reuses the answer for a few seconds: server/auth_cache.go).
 CREATE FUNCTION api.token_authenticate(
     p_token text,
     OUT token_id bigint,
@@ -50,6 +52,10 @@ LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     IF coalesce(p_token, '') = '' THEN
+        IF settings_private.setting('auth.anonymous_reads', 'false') IS DISTINCT FROM 'true' THEN
+            RAISE EXCEPTION 'an access token is required' USING ERRCODE = 'SLAUT',
+                HINT = 'Send a token made by "silo token create" as "Authorization: Bearer <token>". Requests without a token are refused while the setting auth.anonymous_reads is false; an operator allows anonymous reads of public (_all) grains with UPDATE silo.settings SET value = ''true'' WHERE key = ''auth.anonymous_reads''.';
+        END IF;
         readers := ARRAY['_all'];
         can_write := false;
         is_admin := false;
@@ -66,7 +72,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.token_authenticate(text) IS
-    'The identity of a request that sent access token p_token: one row of token_id, name, readers (the readers it may read: _all, _auth and its roles), can_write and is_admin. A NULL or empty p_token is the anonymous identity: token_id and name NULL, readers {_all}, can_write and is_admin false. Raises SLAUT when the token is unknown or revoked.';
+    'The identity of a request that sent access token p_token: one row of token_id, name, readers (the readers it may read: _all, _auth and its roles), can_write and is_admin. A NULL or empty p_token is refused unless silo.settings auth.anonymous_reads is true (default false); when it is true, it is the anonymous identity: token_id and name NULL, readers {_all}, can_write and is_admin false. The setting is read at every call. Raises SLAUT when the token is unknown or revoked, and for a NULL or empty p_token while anonymous reads are off (the HINT names the setting).';
 
 CREATE FUNCTION api.token_revoke(p_name text)
 RETURNS SETOF silo.tokens

@@ -60,6 +60,17 @@
 -- * Status of an applied update: ok when it wrote something, noop when it changed nothing
 --   (_set_if_not_exist on an existing value, a *_distinct or _set_max/_set_min that does not
 --   overwrite, _array_remove on a missing grain, _delete/_set_ttl/_set_ttn that matched no pit).
+-- * What a caller is told: a write token may write any grain, whoever may read it (writers are
+--   trusted to write), but the results tell a caller nothing of a grain it may not read.
+--   api.profile_apply_batch and api.profile_apply take the caller's readers (p_readers; NULL, the
+--   default, is a caller that may read everything, as a psql user, and changes nothing), and
+--   profile_private.results_for_readers rewrites, after the dead letters are recorded, only the
+--   results that could tell something: a noop that depended on the _latest pit of a grain whose
+--   reader is not among them reports ok; an SPTYP rejection names the existing grain type only when
+--   the caller may read a pit of the grain; an SPLNK rejection lists the links of the cycle only
+--   when the caller may read each of them; and correlation_id is a link target only as far as the
+--   caller may read the links that lead to it. The dead letter keeps the full reason: only admins
+--   read it.
 -- * Concurrency: values that are read and rewritten are locked (FOR UPDATE) first, except
 --   counters (_inc) and arrays (_array_append, _array_put), which are read and rewritten by the
 --   UPDATE that locks them and works on their newest version. So concurrent writers of an
@@ -110,9 +121,10 @@ CREATE TYPE profile_private.apply_result AS (
     sqlstate        text,
     reason          text,
     context         text,
-    dead_letter_id  bigint
+    dead_letter_id  bigint,
+    reader          text         -- reader of the _latest pit a decision read (a noop's grain)
 );
-COMMENT ON TYPE profile_private.apply_result IS 'The result of one update of a batch, as the apply stages make it: ord (from 1), status (ok, noop, dead_letter), operation, correlation_id (written, after profile links; the _id as given for an update that failed validation), sqlstate, reason, context (where it was rejected, kept in the dead letter), dead_letter_id (NULL until profile_private.apply_core records the dead letter). api.profile_apply_batch returns it without context.';
+COMMENT ON TYPE profile_private.apply_result IS 'The result of one update of a batch, as the apply stages make it: ord (from 1), status (ok, noop, dead_letter), operation, correlation_id (written, after profile links; the _id as given for an update that failed validation), sqlstate, reason, context (where it was rejected, kept in the dead letter), dead_letter_id (NULL until profile_private.apply_core records the dead letter), reader (the reader of the _latest pit profile_private.apply_general read to decide the update, NULL when it read none: what profile_private.results_for_readers needs to tell whether a noop depended on a grain the caller may not read). api.profile_apply_batch returns it without context and reader.';
 
 -- A CASE rather than a lookup table: it is inlined into the validation queries and costs no join.
 CREATE FUNCTION profile_private.op_class(p_operation text)

@@ -16,18 +16,20 @@
 --   row's newest version, and the old values that go to history are locked before they are read.
 
 -- One function for the direct and the general statement, so that both reject a grain type clash
--- with the same reason.
+-- with the same reason, and for profile_private.results_for_readers, which tells a caller that may
+-- not read the grain the same reason without its type.
 CREATE FUNCTION profile_private.type_clash(p_operation text, p_grain_type text, p_path text, p_existing text)
 RETURNS text[]
 LANGUAGE sql STABLE
 AS $$
     SELECT ARRAY['SPTYP',
-                 format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has grain type %s',
-                        p_operation, p_grain_type, p_path, p_existing),
+                 format('Grain type differs from the existing grain: %s writes grain type %s, the grain at %s has %s',
+                        p_operation, p_grain_type, p_path,
+                        coalesce('grain type ' || p_existing, 'another grain type')),
                  'applying ' || p_operation || ': grain type check'];
 $$;
 COMMENT ON FUNCTION profile_private.type_clash(text, text, text, text) IS
-    'Why an update is rejected because its grain already has another grain type, as {sqlstate, reason, context} for its dead letter: SPTYP; a reason naming the operation p_operation, the grain type p_grain_type it writes, the grain path p_path and the existing grain type p_existing; context ''applying <operation>: grain type check''. Raises nothing.';
+    'Why an update is rejected because its grain already has another grain type, as {sqlstate, reason, context} for its dead letter: SPTYP; a reason naming the operation p_operation, the grain type p_grain_type it writes, the grain path p_path and the existing grain type p_existing (NULL: "another grain type", the reason told to a caller that may not read the grain); context ''applying <operation>: grain type check''. Raises nothing.';
 
 -- Rare (two values of one grain inserted in the same millisecond), so a loop of its own after the
 -- main statements rather than a part of them; each pass is one set-based INSERT of every value
@@ -205,7 +207,7 @@ BEGIN
     INTO v_written, v_clashes, v_res, v_pending
     FROM (SELECT count(*) AS written, jsonb_agg(i.clash) FILTER (WHERE i.clash IS NOT NULL) AS clashes
           FROM ins AS i) AS i,
-         (SELECT array_agg(ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::profile_private.apply_result) AS ok
+         (SELECT array_agg(ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL, NULL)::profile_private.apply_result) AS ok
           FROM unnest(p_round) AS u
           WHERE p_ok AND profile_private.op_direct(u.operation)) AS o,
          -- Old values whose history pit was taken.
@@ -225,9 +227,9 @@ BEGIN
             SELECT z.r
             FROM (
                 SELECT CASE WHEN c.clash IS NOT NULL OR p.grain_type::text <> u.grain_type THEN
-                           ROW(u.ord, 'dead_letter', u.operation, u.target, t.e[1], t.e[2], t.e[3], NULL)::profile_private.apply_result
+                           ROW(u.ord, 'dead_letter', u.operation, u.target, t.e[1], t.e[2], t.e[3], NULL, NULL)::profile_private.apply_result
                        ELSE
-                           ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL)::profile_private.apply_result
+                           ROW(u.ord, 'ok', u.operation, u.target, NULL, NULL, NULL, NULL, NULL)::profile_private.apply_result
                        END AS r
                 FROM unnest(p_round) AS u
                 LEFT JOIN profile.profilestore p

@@ -236,10 +236,10 @@ BEGIN
     )
     SELECT array_agg(CASE
                WHEN d.st = 'ok' AND d.o_tid IS NULL AND (ins.correlation_id IS NULL OR ins.clash IS NOT NULL) THEN
-                   ROW(d.ord, 'dead_letter', d.operation, d.target, t.e[1], t.e[2], t.e[3], NULL)::profile_private.apply_result
+                   ROW(d.ord, 'dead_letter', d.operation, d.target, t.e[1], t.e[2], t.e[3], NULL, d.o_reader)::profile_private.apply_result
                ELSE
                    ROW(d.ord, CASE WHEN d.st <> 'pending' THEN d.st WHEN hit.ord IS NOT NULL THEN 'ok' ELSE 'noop' END,
-                       d.operation, d.target, d.decision[2], d.decision[3], d.decision[4], NULL)::profile_private.apply_result
+                       d.operation, d.target, d.decision[2], d.decision[3], d.decision[4], NULL, d.o_reader)::profile_private.apply_result
                END),
            array_agg(ROW(d.target, d.profile_type, d.path, '_latest', d.o_value, d.o_certainty, d.o_grain_type,
                          d.o_inserted, d.o_ttl, d.o_reader, d.o_origin, d.o_ttn, d.o_expires_at,
@@ -278,4 +278,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION profile_private.apply_general(profile_private.validated_update[], boolean) IS
-    'Applies the updates of one round that are not direct (profile_private.op_direct) by one statement and returns their results. p_round: validated updates of distinct grains whose targets are resolved (its direct updates are left to profile_private.apply_direct); p_ok: return every result (true) or only those that are not ok (false). Reads and locks the current _latest values, decides each update, archives old values to history (1 ms later when the pit is taken: profile_private.history_retry), writes the new _latest values, deletes pits and sets durations. Results: ok when the update wrote something, noop when it had nothing to change; a grain type mismatch (SPTYP) or a profile link cycle (SPLNK) writes nothing and comes back as a dead_letter result without a dead letter id (the caller records it). Records the grains written and deleted for change notifications (change_private.publish_grains, kinds changed and deleted). Raises nothing of its own.';
+    'Applies the updates of one round that are not direct (profile_private.op_direct) by one statement and returns their results. p_round: validated updates of distinct grains whose targets are resolved (its direct updates are left to profile_private.apply_direct); p_ok: return every result (true) or only those that are not ok (false). Reads and locks the current _latest values, decides each update, archives old values to history (1 ms later when the pit is taken: profile_private.history_retry), writes the new _latest values, deletes pits and sets durations. Results: ok when the update wrote something, noop when it had nothing to change, each with the reader of the _latest pit read to decide it (NULL when none was read); a grain type mismatch (SPTYP) or a profile link cycle (SPLNK) writes nothing and comes back as a dead_letter result without a dead letter id (the caller records it). Records the grains written and deleted for change notifications (change_private.publish_grains, kinds changed and deleted). Raises nothing of its own.';

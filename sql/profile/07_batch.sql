@@ -45,6 +45,42 @@ $$;
 COMMENT ON FUNCTION profile_private.apply_round(profile_private.validated_update[], boolean, bigint, boolean) IS
     'Applies one round and returns its results. p_round: validated profile updates of distinct grains whose targets are resolved; the direct operations (profile_private.op_direct) go to profile_private.apply_direct, the others, if any, to profile_private.apply_general. p_ok: return every result (true) or only those that are not ok (false; NULL or empty when there are none). p_direct (default NULL) and p_history (default NULL): how many updates of p_round are direct and whether one of them archives, when the caller knows them; when either is NULL they are counted here. Rejections found while applying (SPTYP, SPLNK) come back as dead_letter results without a dead letter id (the caller records them). Records the grains written and deleted for change notifications (through the two statements). Raises nothing of its own.';
 
+-- A final pass over the results that are not ok, after the dead letters kept their full reasons:
+-- only a noop, a grain type clash (SPTYP) and a profile link cycle (SPLNK) can tell something of
+-- what a grain holds, and each is checked against what the caller may read. A noop carries the
+-- reader of the _latest pit its decision read (profile_private.apply_general), so it is judged as
+-- the grain was when it was decided; the rarer rejections look up the grain and the links.
+CREATE FUNCTION profile_private.results_for_readers(p_results profile_private.apply_result[],
+                                                    p_updates profile_private.validated_update[],
+                                                    p_readers text[])
+RETURNS profile_private.apply_result[]
+LANGUAGE sql STABLE
+AS $$
+    SELECT ARRAY(
+        SELECT CASE
+               WHEN r.status = 'noop' AND r.reader IS NOT NULL AND NOT coalesce(r.reader = ANY (p_readers), false) THEN
+                   ROW(r.ord, 'ok', r.operation, r.correlation_id, NULL, NULL, NULL, r.dead_letter_id,
+                       r.reader)::profile_private.apply_result
+               WHEN r.status = 'dead_letter' AND r.sqlstate = 'SPTYP'
+                    AND NOT EXISTS (SELECT 1 FROM profile.profilestore p
+                                    WHERE p.correlation_id = r.correlation_id AND p.profile_type = u.profile_type
+                                      AND p.path = u.path AND p.reader = ANY (p_readers)) THEN
+                   ROW(r.ord, r.status, r.operation, r.correlation_id, r.sqlstate,
+                       (profile_private.type_clash(u.operation, u.grain_type, u.path, NULL))[2], r.context,
+                       r.dead_letter_id, r.reader)::profile_private.apply_result
+               WHEN r.status = 'dead_letter' AND r.sqlstate = 'SPLNK'
+                    AND NOT coalesce(u.correlation_id = ANY (profile_private.link_chain(u.v #>> '{}', p_readers)), false) THEN
+                   ROW(r.ord, r.status, r.operation, r.correlation_id, r.sqlstate,
+                       format('Profile link would create a cycle: the links of %s lead back to %s', u.v #>> '{}', u.correlation_id),
+                       r.context, r.dead_letter_id, r.reader)::profile_private.apply_result
+               ELSE r
+               END
+        FROM unnest(p_results) AS r
+        LEFT JOIN unnest(p_updates) AS u ON u.ord = r.ord);
+$$;
+COMMENT ON FUNCTION profile_private.results_for_readers(profile_private.apply_result[], profile_private.validated_update[], text[]) IS
+    'The results p_results of a batch as a caller with readers p_readers may be told them. p_updates: the batch''s validated updates (joined by ord). A noop whose decision read a _latest pit whose reader is not in p_readers becomes ok (the caller learns nothing of the grain''s value: that it existed, equalled, beat or lost); an SPTYP rejection keeps its reason only when the caller may read some pit of the grain, otherwise the reason says the grain has another grain type without naming it; an SPLNK rejection keeps its chain of links only when the caller may read every link of the cycle, otherwise it says the links of the new target lead back to the id. Every other result is returned unchanged. Raises nothing.';
+
 -- No exception handling here, so that each caller chooses how to recover: api.profile_apply_batch
 -- redoes the batch one update per subtransaction (profile_private.apply_safe),
 -- api.profile_inbox_process falls back to lane by lane, then message by message, and
@@ -60,7 +96,8 @@ COMMENT ON FUNCTION profile_private.apply_round(profile_private.validated_update
 -- one grain run in batch order, so the result is what applying the updates one by one gives.
 -- Generic plans, like the statements it calls: PL/pgSQL re-planned its large queries for every
 -- small batch.
-CREATE FUNCTION profile_private.apply_core(p_updates jsonb, p_ord_offset integer, p_record boolean)
+CREATE FUNCTION profile_private.apply_core(p_updates jsonb, p_ord_offset integer, p_record boolean,
+                                           p_readers text[] DEFAULT NULL)
 RETURNS SETOF profile_private.apply_result
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
@@ -145,7 +182,7 @@ BEGIN
     -- Updates that failed validation.
     IF NOT v_all_valid THEN
         v_res := ARRAY(
-            SELECT ROW(u.ord, 'dead_letter', u.operation, u.correlation_id, u.sqlstate, u.reason, u.context, NULL)::profile_private.apply_result
+            SELECT ROW(u.ord, 'dead_letter', u.operation, u.correlation_id, u.sqlstate, u.reason, u.context, NULL, NULL)::profile_private.apply_result
             FROM unnest(v_updates) AS u
             WHERE u.sqlstate IS NOT NULL);
     END IF;
@@ -193,29 +230,42 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- What the caller may be told, after the dead letters kept the full reasons. Only results that
+    -- are not ok can tell something (v_res holds only those in the usual batch, none when all are
+    -- ok), so the usual batch pays for nothing here.
+    IF p_readers IS NOT NULL AND cardinality(v_res) > 0 THEN
+        v_res := profile_private.results_for_readers(v_res, v_updates, p_readers);
+    END IF;
+
     -- An update without a result is ok and wrote its target (the usual batch's rounds return only
     -- the other results). profile_private.validate_plain leaves v_updates in batch order: when it
     -- validated them all and every one is ok, they need no sort.
     IF coalesce(cardinality(v_res), 0) = 0 AND v_rest IS NULL THEN
         RETURN QUERY
-        SELECT u.ord + p_ord_offset, 'ok'::text, u.operation, u.target, NULL::text, NULL::text, NULL::text, NULL::bigint
+        SELECT u.ord + p_ord_offset, 'ok'::text, u.operation,
+               CASE WHEN p_readers IS NULL OR u.target = u.correlation_id THEN u.target
+                    ELSE profile_private.link_target_for(u.correlation_id, u.target, p_readers) END,
+               NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::text
         FROM unnest(v_updates) AS u;
         RETURN;
     END IF;
     RETURN QUERY
-    SELECT u.ord + p_ord_offset, coalesce(r.status, 'ok'), u.operation, coalesce(r.correlation_id, u.target),
-           r.sqlstate, r.reason, r.context, v_dl_ids[u.ord]
+    SELECT u.ord + p_ord_offset, coalesce(r.status, 'ok'), u.operation,
+           CASE WHEN p_readers IS NULL OR coalesce(r.correlation_id, u.target) = u.correlation_id
+                THEN coalesce(r.correlation_id, u.target)
+                ELSE profile_private.link_target_for(u.correlation_id, coalesce(r.correlation_id, u.target), p_readers) END,
+           r.sqlstate, r.reason, r.context, v_dl_ids[u.ord], r.reader
     FROM unnest(v_updates) AS u
     LEFT JOIN unnest(v_res) AS r ON r.ord = u.ord
     ORDER BY u.ord;
 END
 $$;
-COMMENT ON FUNCTION profile_private.apply_core(jsonb, integer, boolean) IS
-    'Validates and applies a JSON array of profile update messages in batch order and returns one row per message, in batch order (an empty array: none). p_updates: the messages; p_ord_offset: added to each ord (position in p_updates, from 1), so a caller applying a batch piece by piece numbers the rows as in the whole batch; p_record: record rejected messages in profile.dead_letters (each insert publishes a dead-letters change) and return their ids (replays pass false). Row: ord, status (ok, noop, dead_letter), operation, correlation_id (the profile the update addresses, after profile links; for a message that failed validation its _id, NULL when not a string), sqlstate, reason and context of a rejection, dead_letter_id. Records the grains written and deleted for change notifications. Raises nothing of its own, but handles no exception: an unexpected error propagates, and the caller decides what to do.';
+COMMENT ON FUNCTION profile_private.apply_core(jsonb, integer, boolean, text[]) IS
+    'Validates and applies a JSON array of profile update messages in batch order and returns one row per message, in batch order (an empty array: none). p_updates: the messages; p_ord_offset: added to each ord (position in p_updates, from 1), so a caller applying a batch piece by piece numbers the rows as in the whole batch; p_record: record rejected messages in profile.dead_letters (each insert publishes a dead-letters change) and return their ids (replays pass false); p_readers (default NULL: the caller may read everything): the caller''s readers, after the dead letters are recorded with their full reasons the results are told as such a caller may see them (profile_private.results_for_readers, and correlation_id only as far as its links are readable: profile_private.link_target_for). Row: ord, status (ok, noop, dead_letter), operation, correlation_id (the profile the update addresses, after profile links; for a message that failed validation its _id, NULL when not a string), sqlstate, reason and context of a rejection, dead_letter_id, reader (of the _latest pit a noop depended on). Records the grains written and deleted for change notifications. Raises nothing of its own, but handles no exception: an unexpected error propagates, and the caller decides what to do.';
 
 -- Used only after profile_private.apply_core failed: a subtransaction per update costs more than the
 -- whole set-based batch, so the usual batch never pays for it.
-CREATE FUNCTION profile_private.apply_safe(p_updates jsonb)
+CREATE FUNCTION profile_private.apply_safe(p_updates jsonb, p_readers text[] DEFAULT NULL)
 RETURNS profile_private.apply_result[]
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -231,7 +281,7 @@ BEGIN
     FOR v_i IN 0 .. jsonb_array_length(p_updates) - 1 LOOP
         v_m := p_updates -> v_i;
         BEGIN
-            SELECT * INTO STRICT v_r FROM profile_private.apply_core(jsonb_build_array(v_m), v_i, true);
+            SELECT * INTO STRICT v_r FROM profile_private.apply_core(jsonb_build_array(v_m), v_i, true, p_readers);
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
                                     v_detail = PG_EXCEPTION_DETAIL, v_ctx = PG_EXCEPTION_CONTEXT;
@@ -242,15 +292,15 @@ BEGIN
                             WHEN jsonb_typeof(v_m -> '_operation') = 'string' THEN v_m ->> '_operation' END,
                        CASE WHEN jsonb_typeof(v_m -> '_id') = 'string' THEN v_m ->> '_id' END,
                        v_state, v_msg, v_ctx,
-                       profile_private.dead_letter_add(v_m, v_state, v_msg, v_ctx))::profile_private.apply_result;
+                       profile_private.dead_letter_add(v_m, v_state, v_msg, v_ctx), NULL)::profile_private.apply_result;
         END;
         v_out := array_append(v_out, v_r);
     END LOOP;
     RETURN v_out;
 END
 $$;
-COMMENT ON FUNCTION profile_private.apply_safe(jsonb) IS
-    'Applies a JSON array of profile update messages (p_updates) one by one, in order, each by profile_private.apply_core in its own subtransaction, and returns one result per message (ord from 1). An unexpected error rolls back only the update that raised it, which goes to profile.dead_letters with PostgreSQL''s SQLSTATE, its message (and detail) as the reason and the PL/pgSQL error context; its operation and correlation_id are taken from the message as sent. Raises nothing of its own: every error is caught, except a cancel (57014), which PL/pgSQL''s WHEN OTHERS does not catch.';
+COMMENT ON FUNCTION profile_private.apply_safe(jsonb, text[]) IS
+    'Applies a JSON array of profile update messages (p_updates) one by one, in order, each by profile_private.apply_core in its own subtransaction (with the caller''s readers p_readers, default NULL: everything), and returns one result per message (ord from 1). An unexpected error rolls back only the update that raised it, which goes to profile.dead_letters with PostgreSQL''s SQLSTATE, its message (and detail) as the reason and the PL/pgSQL error context; its operation and correlation_id are taken from the message as sent. Raises nothing of its own: every error is caught, except a cancel (57014), which PL/pgSQL''s WHEN OTHERS does not catch.';
 
 -- A view rather than a composite type: sqlc turns SETOF a view into a typed Go struct, and psql's
 -- \d+ shows its columns. WHERE false: only its row type is used.
@@ -265,7 +315,7 @@ COMMENT ON VIEW api.profile_apply_results IS
 -- pays for no subtransaction per update. When it fails, its subtransaction rolls back everything it
 -- did, and profile_private.apply_safe redoes the whole batch update by update: nothing is applied
 -- twice.
-CREATE FUNCTION api.profile_apply_batch(p_updates jsonb)
+CREATE FUNCTION api.profile_apply_batch(p_updates jsonb, p_readers text[] DEFAULT NULL)
 RETURNS SETOF api.profile_apply_results
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -283,22 +333,23 @@ BEGIN
         -- fails, no row has been returned yet. It returns its rows in batch order.
         RETURN QUERY
         SELECT c.ord, c.status, c.operation, c.correlation_id, c.sqlstate, c.reason, c.dead_letter_id
-        FROM profile_private.apply_core(v_updates, 0, true) AS c;
+        FROM profile_private.apply_core(v_updates, 0, true, p_readers) AS c;
     EXCEPTION WHEN OTHERS THEN
         RETURN QUERY
         SELECT r.ord, r.status, r.operation, r.correlation_id, r.sqlstate, r.reason, r.dead_letter_id
-        FROM unnest(profile_private.apply_safe(v_updates)) AS r
+        FROM unnest(profile_private.apply_safe(v_updates, p_readers)) AS r
         ORDER BY r.ord;
     END;
 END
 $$;
-COMMENT ON FUNCTION api.profile_apply_batch(jsonb) IS
-    'Applies profile update messages in batch order. p_updates (no default): a JSON array of update messages, or one message as an object. Returns one row per message, in batch order (an empty array: none), as api.profile_apply_results: ord (from 1), status (ok: written; noop: nothing to change; dead_letter: rejected), operation, correlation_id (the profile the update addresses, after profile links; for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string), sqlstate and reason of a rejection, dead_letter_id. A rejected message never stops or undoes the others: it goes to profile.dead_letters with its SQLSTATE, which is not raised: a validation code (SPMSG, SPOPR, SPIDX, SPPTH, SPVAL, SPCRT, SPINS, SPDUR, SPRSV), SPTYP for a grain type mismatch, SPLNK for a profile link cycle, or PostgreSQL''s own for an unexpected error, transient ones (a deadlock, a lock timeout) included: the batch is then redone one update per subtransaction, so only the update that raised it is rejected. Publishes, in the caller''s transaction: the grains written and deleted (channels profile:{profile_type}:{correlation_id} once api.change_sequence expands them; nothing while silo.change_capture is off) and one change on channel dead-letters per dead letter; the commit notifies silo_change_pending unless silo.change_notify is off. Raises SLINV when p_updates is NULL or neither an object nor an array; a cancel (57014, such as statement_timeout) is not caught.';
+COMMENT ON FUNCTION api.profile_apply_batch(jsonb, text[]) IS
+    'Applies profile update messages in batch order. p_updates (no default): a JSON array of update messages, or one message as an object. p_readers (default NULL: the caller may read everything, as a psql user): the readers of the caller (the HTTP layer passes its token''s): every update is applied alike, but the results tell nothing of a grain the caller may not read: a noop that depended on such a grain''s _latest pit is reported as ok, an SPTYP reason does not name the existing grain type, an SPLNK reason does not list links the caller may not read, and correlation_id follows only links it may read; the dead letter keeps the full reason. Returns one row per message, in batch order (an empty array: none), as api.profile_apply_results: ord (from 1), status (ok: written; noop: nothing to change; dead_letter: rejected), operation, correlation_id (the profile the update addresses, after profile links; for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string), sqlstate and reason of a rejection, dead_letter_id. A rejected message never stops or undoes the others: it goes to profile.dead_letters with its SQLSTATE, which is not raised: a validation code (SPMSG, SPOPR, SPIDX, SPPTH, SPVAL, SPCRT, SPINS, SPDUR, SPRSV), SPTYP for a grain type mismatch, SPLNK for a profile link cycle, or PostgreSQL''s own for an unexpected error, transient ones (a deadlock, a lock timeout) included: the batch is then redone one update per subtransaction, so only the update that raised it is rejected. Publishes, in the caller''s transaction: the grains written and deleted (channels profile:{profile_type}:{correlation_id} once api.change_sequence expands them; nothing while silo.change_capture is off) and one change on channel dead-letters per dead letter; the commit notifies silo_change_pending unless silo.change_notify is off. Raises SLINV when p_updates is NULL or neither an object nor an array; a cancel (57014, such as statement_timeout) is not caught.';
 
 -- A batch of one through api.profile_apply_batch, so that a single update takes the same path as a
 -- batch (validation, rounds, dead letters, changes, the redo after an unexpected error).
 CREATE FUNCTION api.profile_apply(
     p_update jsonb,
+    p_readers text[] DEFAULT NULL,
     OUT status text,
     OUT operation text,
     OUT correlation_id text,
@@ -314,8 +365,8 @@ BEGIN
     END IF;
     SELECT b.status, b.operation, b.correlation_id, b.sqlstate, b.reason, b.dead_letter_id
     INTO status, operation, correlation_id, sqlstate, reason, dead_letter_id
-    FROM api.profile_apply_batch(jsonb_build_array(p_update)) AS b;
+    FROM api.profile_apply_batch(jsonb_build_array(p_update), p_readers) AS b;
 END
 $$;
-COMMENT ON FUNCTION api.profile_apply(jsonb) IS
-    'Applies one profile update message, as api.profile_apply_batch does a batch of one. p_update (no default): the message, a JSON object; any other JSON value is rejected as a dead letter (SPMSG). Returns one row: status (ok: written; noop: nothing to change; dead_letter: rejected), operation, correlation_id (the profile the update addresses, after profile links; for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string), sqlstate and reason of a rejection, dead_letter_id. A rejected message goes to profile.dead_letters with its SQLSTATE, which is not raised (the codes of api.profile_apply_batch). Publishes what api.profile_apply_batch publishes. Raises SLINV when p_update is NULL.';
+COMMENT ON FUNCTION api.profile_apply(jsonb, text[]) IS
+    'Applies one profile update message, as api.profile_apply_batch does a batch of one. p_update (no default): the message, a JSON object; any other JSON value is rejected as a dead letter (SPMSG). p_readers (default NULL: the caller may read everything): the caller''s readers, which limit what the result tells as in api.profile_apply_batch. Returns one row: status (ok: written; noop: nothing to change; dead_letter: rejected), operation, correlation_id (the profile the update addresses, after profile links; for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string), sqlstate and reason of a rejection, dead_letter_id. A rejected message goes to profile.dead_letters with its SQLSTATE, which is not raised (the codes of api.profile_apply_batch). Publishes what api.profile_apply_batch publishes. Raises SLINV when p_update is NULL.';

@@ -24,6 +24,10 @@
 --   then its children. In api.profile_grain_get: _latest first, then history newest first.
 -- * Not found (SLNFD) covers "no such profile" and "nothing in it the caller may read" alike, so
 --   an error never tells whether unreadable data exists.
+-- * Profile links (p_resolve_links) are followed with the same readers: a link's target is the
+--   value of its link grain (profile type profile_link, path /new, _latest), so a caller follows a
+--   link only when it may read that grain, and otherwise reads the id as given. The document's _id,
+--   the correlation_id returned and the DETAIL of a not found name only ids reached so.
 --
 -- Speed: the document is built as JSON text in one pass over the profile's rows in path order,
 -- opening and closing objects as the path changes, instead of being assembled from nested jsonb
@@ -91,7 +95,7 @@ BEGIN
     END IF;
     correlation_id := p_correlation_id;
     IF p_resolve_links THEN
-        correlation_id := api.profile_link_resolve(p_correlation_id);
+        correlation_id := api.profile_link_resolve(p_correlation_id, p_readers);
     END IF;
     profile_type := p_profile_type;
 
@@ -148,7 +152,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_get(text, text, text[], boolean, boolean, text[]) IS
-    'A profile as Granary''s jsonPayload document. p_profile_type, p_correlation_id: the profile (required). p_fragments (default NULL: the whole profile): keep only these paths and what lies below them, whole segments, with or without the leading slash; NULL elements are ignored, an empty array or a fragment '''' or / is the whole profile. p_with_history (default true): false keeps only the _latest pits. p_resolve_links (default false): true reads the final target of the id''s profile links (api.profile_link_resolve). p_readers (default NULL: every pit): only pits whose reader is one of these. Returns one row: correlation_id (the id read: the link target when links were resolved), profile_type, json_payload {"_id", <fragments and grains>}, each grain with its pits "<pit>":{"_v","_c","_in","_ttl","_ttn","_origin","_reader"}, history oldest first, then _latest, then its children. Raises SLINV when p_profile_type or p_correlation_id is NULL or empty; SLNFD when nothing readable is found in the fragments (no such profile, or nothing the readers may read; the DETAIL names the link target when links were resolved).';
+    'A profile as Granary''s jsonPayload document. p_profile_type, p_correlation_id: the profile (required). p_fragments (default NULL: the whole profile): keep only these paths and what lies below them, whole segments, with or without the leading slash; NULL elements are ignored, an empty array or a fragment '''' or / is the whole profile. p_with_history (default true): false keeps only the _latest pits. p_resolve_links (default false): true reads the final target of the id''s profile links (api.profile_link_resolve with p_readers: a link whose link grain the readers may not read is not followed). p_readers (default NULL: every pit and every link): only pits whose reader is one of these. Returns one row: correlation_id (the id read: the link target when links were resolved), profile_type, json_payload {"_id", <fragments and grains>}, each grain with its pits "<pit>":{"_v","_c","_in","_ttl","_ttn","_origin","_reader"}, history oldest first, then _latest, then its children. Raises SLINV when p_profile_type or p_correlation_id is NULL or empty; SLNFD when nothing readable is found in the fragments (no such profile, or nothing the readers may read; the DETAIL names the link target when links were resolved and led elsewhere).';
 
 -- The count and the page are separate statements: total_grain_versions counts the readable
 -- versions whatever the page, and a page past the end is still a document, without pits. A path
@@ -196,7 +200,7 @@ BEGIN
     END IF;
     correlation_id := p_correlation_id;
     IF p_resolve_links THEN
-        correlation_id := api.profile_link_resolve(p_correlation_id);
+        correlation_id := api.profile_link_resolve(p_correlation_id, p_readers);
     END IF;
     profile_type := p_profile_type;
 
@@ -248,7 +252,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_grain_get(text, text, text, boolean, integer, integer, boolean, text[]) IS
-    'One grain of a profile, a page of its versions, in the document shape of api.profile_get: {"_id", "customer": {"contract": {"_latest": {...}, "_2021...": {...}}}}. p_profile_type, p_correlation_id: the profile (required). p_path: the grain, customer/contract or /customer/contract (required). p_with_history (default true): false reads _latest only. p_page_size (default 250; 1 to 250) and p_offset (default 0; 0 or more) select the page of versions, _latest first, then the history newest first; a page past the end holds no pits. p_resolve_links (default false) and p_readers (default NULL: every pit) as in api.profile_get. Returns one row: correlation_id (the id read), profile_type, json_payload, total_grain_versions (the readable versions on every page). Raises SLINV when p_profile_type or p_correlation_id is NULL or empty, p_page_size is not 1 to 250, p_offset is negative, p_path is empty, or p_path is a fragment (nothing readable at it, grains below it); SLNFD when nothing readable is found at the path (the DETAIL names the link target when links were resolved).';
+    'One grain of a profile, a page of its versions, in the document shape of api.profile_get: {"_id", "customer": {"contract": {"_latest": {...}, "_2021...": {...}}}}. p_profile_type, p_correlation_id: the profile (required). p_path: the grain, customer/contract or /customer/contract (required). p_with_history (default true): false reads _latest only. p_page_size (default 250; 1 to 250) and p_offset (default 0; 0 or more) select the page of versions, _latest first, then the history newest first; a page past the end holds no pits. p_resolve_links (default false) and p_readers (default NULL: every pit and every link) as in api.profile_get: links are followed only as far as the readers may read them. Returns one row: correlation_id (the id read), profile_type, json_payload, total_grain_versions (the readable versions on every page). Raises SLINV when p_profile_type or p_correlation_id is NULL or empty, p_page_size is not 1 to 250, p_offset is negative, p_path is empty, or p_path is a fragment (nothing readable at it, grains below it); SLNFD when nothing readable is found at the path (the DETAIL names the link target when links were resolved and led elsewhere).';
 
 -- The redundant casts in these views tell sqlc the column types of its generated models.
 CREATE VIEW api.profilestore_history AS
