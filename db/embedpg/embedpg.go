@@ -1,16 +1,32 @@
 // Package embedpg runs a private PostgreSQL cluster for Silo: the embedded default of `silo up`
 // when DATABASE_URL is unset, and the throw-away cluster of the test harness.
 //
-// It owns one data directory: initdb on first start, then the postgres server on 127.0.0.1 and a
-// free port. Started as root, it runs initdb and the server as the operating-system user postgres
-// (initdb refuses root). The server runs in its own process group and is stopped by its pid with a
-// fast shutdown; a cluster that is already running in the same data directory is reused, not
-// started twice, and left running when this process stops.
+// It owns one cluster directory: initdb on first start, then the postgres server on 127.0.0.1.
+// Started as root, it runs initdb and the server as the operating-system user postgres (initdb
+// refuses root).
+//
+// Any number of processes may use one cluster directory at once; the last one out stops the
+// server. The directory holds, next to data/ and the server log:
+//
+//   - lease: every process (every Start) that uses the server holds a shared flock on it until
+//     Stop. The kernel drops the lock of a process that dies, even by kill -9, so a dead process
+//     never keeps the server alive.
+//   - lock: an exclusive flock held while a process starts, joins or leaves the server. Leaving
+//     under it is what makes "last one out" exact: Stop gives its lease up, then tries to take
+//     the lease exclusively; only a process that finds no other lease stops the server, and two
+//     processes leaving at once cannot both see the other one still there.
+//   - port: the port of the server's last run. A new run takes it again when it is free, so
+//     connection strings and pools keep working across a restart.
+//   - keeper.pid: the keeper, a small process (this program started again, see keeper.go) that is
+//     the server's parent. It runs in its own session, so a Ctrl-C meant for one Silo process never
+//     reaches the server, and it stops the server once no lease is left: the last user stops it
+//     at once in Stop, and the keeper covers users that died without calling Stop.
 package embedpg
 
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -35,29 +51,41 @@ type Options struct {
 	// BinDir holds initdb and postgres. Empty: $SILO_PG_BIN, else the newest
 	// /usr/lib/postgresql/*/bin, else the directory of `pg_config --bindir`.
 	BinDir string
-	// Settings are extra server settings (name → value), e.g. fsync=off for tests.
+	// Settings are extra server settings (name → value), e.g. fsync=off for tests. They apply when
+	// this call starts the server; a server already running keeps its own.
 	Settings map[string]string
 	// Log receives progress messages; nil discards them.
 	Log func(format string, args ...any)
-	// Port to listen on; 0 picks a free one. A restart on the port of the previous run keeps the
-	// URLs that clients hold valid.
+	// Port to listen on; 0 takes the port of the previous run when it is free, else a free one.
 	Port int
 }
 
-// Cluster is a running (or reused) server.
+// Cluster is this process's use of a running server, started or joined by Start.
 type Cluster struct {
-	opts  Options
-	port  int
-	cmd   *exec.Cmd
-	owned bool
-	done  chan struct{}
-	err   error
-	once  sync.Once
+	opts    Options
+	port    int
+	pid     int  // the postmaster
+	owned   bool // this Start started the server
+	lease   *os.File
+	keeper  *exec.Cmd // the keeper this Start spawned, if any
+	kdone   chan struct{}
+	once    sync.Once
+	stopErr error
 }
 
-// Start initialises the cluster if its data directory is new, then starts the server, or attaches
-// to the server already running in that data directory. It returns once the server accepts
-// connections.
+const (
+	leaseFile  = "lease"
+	lockFile   = "lock"
+	portFile   = "port"
+	keeperFile = "keeper.pid"
+
+	// lockTimeout bounds the wait for another process starting or stopping the server.
+	lockTimeout = 2 * time.Minute
+)
+
+// Start initialises the cluster if its data directory is new, then starts the server, or joins
+// the server already running in that data directory. It returns once the server accepts
+// connections; the caller holds a lease on the server until Stop.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Log == nil {
 		opts.Log = func(string, ...any) {}
@@ -81,12 +109,31 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	dataDir := filepath.Join(dir, "data")
 
-	if port, ok := runningPort(dataDir); ok {
-		c := &Cluster{opts: opts, port: port, done: make(chan struct{})}
-		if err := c.waitReady(ctx, 10*time.Second); err == nil {
-			opts.Log("reusing the PostgreSQL server already running in %s on port %d", dataDir, port)
-			return c, nil
+	unlock, err := lockDir(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	lease, err := takeLease(dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: opts, lease: lease}
+	ok := false
+	defer func() {
+		if !ok {
+			c.abandon()
 		}
+	}()
+
+	if pid, port, running := postmaster(dataDir); running {
+		c.pid, c.port = pid, port
+		if err := c.waitReady(ctx, 60*time.Second); err != nil {
+			return nil, fmt.Errorf("a PostgreSQL server (pid %d) runs in %s but does not answer on port %d: %w", pid, dataDir, port, err)
+		}
+		opts.Log("using the PostgreSQL server already running in %s on port %d (pid %d)", dataDir, port, pid)
+		ok = true
+		return c, nil
 	}
 
 	if _, err := os.Stat(filepath.Join(dataDir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
@@ -100,47 +147,21 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 	}
 
-	port := opts.Port
-	if port == 0 {
-		if port, err = freePort(); err != nil {
-			return nil, err
-		}
+	if c.port, err = choosePort(dir, opts.Port, opts.Log); err != nil {
+		return nil, err
 	}
-	args := []string{"-D", dataDir, "-p", strconv.Itoa(port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
+	if err := c.spawnKeeper(); err != nil {
+		return nil, err
 	}
-	keys := make([]string, 0, len(opts.Settings))
-	for k := range opts.Settings {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		args = append(args, "-c", k+"="+opts.Settings[k])
-	}
-	logFile, err := os.OpenFile(filepath.Join(dir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("error opening server log: %w", err)
-	}
-	defer logFile.Close()
-	cmd := exec.Command(filepath.Join(opts.BinDir, "postgres"), args...)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Own process group: a Ctrl-C reaches Silo, which stops the server after its own shutdown.
-	// Pdeathsig: should Silo die without stopping it, the server still gets a fast shutdown.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGINT}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("error starting postgres: %w", err)
-	}
-	c := &Cluster{opts: opts, port: port, cmd: cmd, owned: true, done: make(chan struct{})}
-	go func() {
-		c.err = cmd.Wait()
-		close(c.done)
-	}()
-	opts.Log("started PostgreSQL (pid %d) on 127.0.0.1:%d", cmd.Process.Pid, port)
+	c.owned = true
 	if err := c.waitReady(ctx, 60*time.Second); err != nil {
-		_ = c.Stop()
 		return nil, fmt.Errorf("%w (server log: %s)", err, filepath.Join(dir, "log"))
 	}
+	if pid, _, running := postmaster(dataDir); running {
+		c.pid = pid
+	}
+	opts.Log("started PostgreSQL (pid %d) on 127.0.0.1:%d", c.pid, c.port)
+	ok = true
 	return c, nil
 }
 
@@ -152,36 +173,117 @@ func (c *Cluster) URL(dbname string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, dbname)
 }
 
-// Owned reports whether this process started the server (and so stops it).
+// Owned reports whether this Start started the server (rather than joined a running one).
 func (c *Cluster) Owned() bool { return c.owned }
 
-// Pid is the postmaster's process id, 0 for a reused server.
-func (c *Cluster) Pid() int {
-	if c.cmd == nil || c.cmd.Process == nil {
-		return 0
-	}
-	return c.cmd.Process.Pid
+// Pid is the postmaster's process id.
+func (c *Cluster) Pid() int { return c.pid }
+
+// Stop gives this process's lease up. The last user out stops the server (fast shutdown) and
+// waits until it and its keeper have exited; otherwise the server is left to the others.
+func (c *Cluster) Stop() error {
+	c.once.Do(func() { c.stopErr = c.leave() })
+	return c.stopErr
 }
 
-// Stop shuts a server this process started down (fast shutdown by its pid) and waits for it to
-// exit; a reused server is left running.
-func (c *Cluster) Stop() error {
-	if !c.owned {
+func (c *Cluster) leave() error {
+	dir := c.opts.Dir
+	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
+	defer cancel()
+	unlock, err := lockDir(ctx, dir)
+	if err != nil {
+		_ = c.lease.Close() // still leave: the keeper stops the server once no lease is left
+		return err
+	}
+	defer unlock()
+	_ = syscall.Flock(int(c.lease.Fd()), syscall.LOCK_UN)
+	_ = c.lease.Close()
+
+	last, err := os.OpenFile(filepath.Join(dir, leaseFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("error opening the lease file: %w", err)
+	}
+	defer last.Close()
+	if err := syscall.Flock(int(last.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		c.opts.Log("left PostgreSQL running in %s: other processes use it", dir)
 		return nil
 	}
-	c.once.Do(func() {
-		_ = c.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-c.done:
-		case <-time.After(30 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
+	pid, _, running := postmaster(filepath.Join(dir, "data"))
+	if running {
+		if err := stopServer(pid, nil); err != nil {
+			return err
 		}
-	})
-	var exitErr *exec.ExitError
-	if c.err != nil && !errors.As(c.err, &exitErr) {
-		return c.err
+		c.opts.Log("stopped PostgreSQL (pid %d)", pid)
 	}
+	c.waitKeeper(10 * time.Second)
+	return nil
+}
+
+// abandon undoes a Start that failed: it stops the keeper it spawned, then gives the lease up.
+func (c *Cluster) abandon() {
+	if c.keeper != nil {
+		_ = c.keeper.Process.Signal(syscall.SIGTERM) // the keeper stops the server, then exits
+		select {
+		case <-c.kdone:
+		case <-time.After(60 * time.Second):
+			_ = c.keeper.Process.Kill()
+			<-c.kdone
+		}
+	}
+	_ = c.lease.Close()
+}
+
+// waitKeeper waits until the keeper of the server just stopped has exited too.
+func (c *Cluster) waitKeeper(timeout time.Duration) {
+	if c.keeper != nil {
+		select {
+		case <-c.kdone:
+		case <-time.After(timeout):
+		}
+		return
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		pid, err := readPid(filepath.Join(c.opts.Dir, keeperFile))
+		if err != nil || !alive(pid) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// spawnKeeper starts the keeper, which starts the server (keeper.go).
+func (c *Cluster) spawnKeeper() error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("error finding this program to run the PostgreSQL keeper: %w", err)
+	}
+	spec, err := json.Marshal(keeperSpec{Dir: c.opts.Dir, BinDir: c.opts.BinDir, Port: c.port, Settings: c.opts.Settings})
+	if err != nil {
+		return err
+	}
+	logFile, err := os.OpenFile(filepath.Join(c.opts.Dir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("error opening server log: %w", err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(exe)
+	// The arguments only name the process in ps: keeperEnv makes it the keeper before any flag or
+	// command is read.
+	cmd.Args = []string{exe, "postgresql-keeper", c.opts.Dir}
+	cmd.Dir = c.opts.Dir
+	cmd.Env = append(withoutKeeperEnv(os.Environ()), keeperEnv+"="+string(spec))
+	cmd.Stdout, cmd.Stderr = logFile, logFile // never the caller's: a pipe held open would hang its reader
+	// Its own session: no signal meant for this process or its terminal reaches the server.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("error starting the PostgreSQL keeper: %w", err)
+	}
+	c.keeper, c.kdone = cmd, make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(c.kdone)
+	}()
 	return nil
 }
 
@@ -198,10 +300,12 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 		if err == nil {
 			return nil
 		}
-		select {
-		case <-c.done:
-			return fmt.Errorf("postgres exited during start-up: %v", c.err)
-		default:
+		if c.kdone != nil {
+			select {
+			case <-c.kdone:
+				return fmt.Errorf("postgres exited during start-up: %s", c.keeper.ProcessState)
+			default:
+			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("postgres not ready on port %d: %w", c.port, err)
@@ -210,9 +314,40 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
+// choosePort picks the server's port and records it: the one asked for, else the previous run's
+// when it is free, else a free one.
+func choosePort(dir string, want int, log func(string, ...any)) (int, error) {
+	path := filepath.Join(dir, portFile)
+	port := want
+	if port == 0 {
+		if b, err := os.ReadFile(path); err == nil {
+			if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && p > 0 && p < 65536 {
+				if portFree(p) {
+					port = p
+				} else {
+					log("port %d of the previous run is taken: choosing another", p)
+				}
+			}
+		}
+	}
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return 0, err
+		}
+	}
+	if err := os.WriteFile(path, []byte(strconv.Itoa(port)+"\n"), 0o644); err != nil {
+		return 0, fmt.Errorf("error recording the server's port: %w", err)
+	}
+	return port, nil
+}
+
 // FindBinDir locates the PostgreSQL server binaries.
 func FindBinDir() (string, error) {
 	if d := os.Getenv("SILO_PG_BIN"); d != "" {
+		if _, err := os.Stat(filepath.Join(d, "postgres")); err != nil {
+			return "", fmt.Errorf("SILO_PG_BIN=%s holds no postgres binary: set it to the bin directory of a PostgreSQL installation", d)
+		}
 		return d, nil
 	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
@@ -280,11 +415,11 @@ func prepareDir(dir string, cred *syscall.Credential) error {
 	}
 }
 
-// runningPort reads postmaster.pid of a live server in dataDir.
-func runningPort(dataDir string) (int, bool) {
+// postmaster reads postmaster.pid of a live server in dataDir: its pid and port.
+func postmaster(dataDir string) (pid, port int, ok bool) {
 	f, err := os.Open(filepath.Join(dataDir, "postmaster.pid"))
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
 	defer f.Close()
 	var lines []string
@@ -293,17 +428,81 @@ func runningPort(dataDir string) (int, bool) {
 		lines = append(lines, s.Text())
 	}
 	if len(lines) < 4 {
-		return 0, false
+		return 0, 0, false
 	}
 	pid, err1 := strconv.Atoi(strings.TrimSpace(lines[0]))
 	port, err2 := strconv.Atoi(strings.TrimSpace(lines[3]))
-	if err1 != nil || err2 != nil || pid <= 0 {
-		return 0, false
+	if err1 != nil || err2 != nil || pid <= 0 || !alive(pid) {
+		return 0, 0, false
 	}
+	return pid, port, true
+}
+
+// stopServer asks the postmaster for a fast shutdown and waits until it has exited; after 30 s it
+// asks for an immediate shutdown. done, when not nil, closes when the postmaster has exited.
+func stopServer(pid int, done <-chan struct{}) error {
+	gone := func(timeout time.Duration) bool {
+		deadline := time.Now().Add(timeout)
+		for {
+			if done != nil {
+				select {
+				case <-done:
+					return true
+				default:
+				}
+			} else if !alive(pid) {
+				return true
+			}
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("error stopping PostgreSQL (pid %d): %w", pid, err)
+	}
+	if gone(30 * time.Second) {
+		return nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGQUIT)
+	if gone(30 * time.Second) {
+		return nil
+	}
+	return fmt.Errorf("PostgreSQL (pid %d) did not stop", pid)
+}
+
+// alive reports whether process pid exists and is not a zombie waiting for its parent.
+func alive(pid int) bool {
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return 0, false
+		return false
 	}
-	return port, true
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	// The state follows the command name, which is in parentheses and may hold anything.
+	if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
+		return b[i+2] != 'Z'
+	}
+	return true
+}
+
+func readPid(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 func freePort() (int, error) {
