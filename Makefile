@@ -4,6 +4,9 @@
 
 SHELL      := /bin/bash
 GO         ?= go
+# Where make install puts silo: GOBIN as the caller set it (environment or go env -w), else the
+# bin directory of the first GOPATH entry. Read before the GOBIN below, which names sqlc's place.
+INSTALL_DIR := $(or $(shell $(GO) env GOBIN),$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
 GOBIN      := $(shell $(GO) env GOPATH)/bin
 SQLC_VER   := v1.31.1
 SQLC       := $(GOBIN)/sqlc
@@ -20,6 +23,12 @@ test: deps build vet fmt-check sqlc-check
 
 build: deps-go
 	$(GO) build -o $(SILO) ./cmd/silo
+
+# silo on the PATH of Go users: $GOBIN, else $(go env GOPATH)/bin.
+.PHONY: install
+install: deps-go
+	GOBIN='$(INSTALL_DIR)' $(GO) install ./cmd/silo
+	@echo "installed $(INSTALL_DIR)/silo ($$('$(INSTALL_DIR)/silo' version))"
 
 deps: deps-pg deps-go
 

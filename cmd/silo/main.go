@@ -1,6 +1,9 @@
 // Command silo runs Silo: `silo up` starts everything in one process (an embedded PostgreSQL when
 // DATABASE_URL is unset, migrations, the HTTP API and the River workers); the other commands run
-// one part each. Configuration comes from the environment (see usage).
+// one part each. Configuration comes from the environment (silo help lists it).
+//
+// Exit status: 0 done (and for --help), 1 failed (one line on stderr naming what to change),
+// 2 bad command line (the usage on stderr); psql and tempdb exit with their command's status.
 package main
 
 import (
@@ -8,16 +11,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"runtime/debug"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -27,190 +27,233 @@ import (
 	"github.com/silo-db/silo/server"
 )
 
-const usage = `silo — a PostgreSQL-first engine for entity data
-
-Usage:
-  silo up                      embedded database if needed, migrate, HTTP API and workers
-  silo migrate                 apply migrations and rebuild schema api
-  silo serve                   HTTP API only
-  silo work                    River workers only
-  silo token create --name N [--roles r1,r2] [--write] [--admin]
-                               create an access token and print it
-  silo token revoke --name N   revoke a token
-  silo psql [args...]          psql on the configured or embedded database
-  silo tempdb -- CMD [ARGS...] run CMD against a throw-away cluster with a migrated template
-                               (SILO_TEST_DATABASE_URL, SILO_TEST_TEMPLATE): how the tests run
-  silo version                 print the version
-
-Environment:
-  DATABASE_URL          PostgreSQL to use; unset: an embedded cluster in $SILO_DATA_DIR/pg
-  SILO_ADDR             HTTP listen address (default :8080)
-  SILO_DATA_DIR         data directory of the embedded cluster (default ./.silo)
-  SILO_LOG_LEVEL        debug, info, warn or error (default info)
-  SILO_DEAD_LETTER_RETENTION  how long resolved dead letters are kept (default 720h; 0 keeps them)
-  SILO_REAPER_INTERVAL  how often the reaper deletes expired (ttl) and notifies due (ttn) grains
-                        (default 1m; 0 disables it); batch size and event retention are the
-                        silo.settings rows reaper.batch_size and reaper.event_retention
-  SILO_REAPER_BUDGET    how long one reaper run may go on while grains are due (default 1m)
-  SILO_UPDATER_WORKERS  asynchronous profile updater workers per priority stream in this process
-                        (default 2; 0: this process applies no queued updates)
-  SILO_METRICS_ADDR     where silo work serves /metrics (default unset: not served; silo up
-                        and silo serve serve it on SILO_ADDR)
-`
-
-type config struct {
-	databaseURL         string
-	addr                string
-	dataDir             string
-	logLevel            slog.Level
-	deadLetterRetention time.Duration
-	reaperInterval      time.Duration // negative: the reaper does not run
-	reaperBudget        time.Duration
-	updaterWorkers      int
-	metricsAddr         string
-}
-
-func loadConfig() (config, error) {
-	cfg := config{
-		databaseURL:         os.Getenv("DATABASE_URL"),
-		addr:                envOr("SILO_ADDR", ":8080"),
-		dataDir:             envOr("SILO_DATA_DIR", ".silo"),
-		deadLetterRetention: 30 * 24 * time.Hour,
-		reaperInterval:      time.Minute,
-		reaperBudget:        time.Minute,
-		updaterWorkers:      2,
-		metricsAddr:         os.Getenv("SILO_METRICS_ADDR"),
-	}
-	if err := cfg.logLevel.UnmarshalText([]byte(envOr("SILO_LOG_LEVEL", "info"))); err != nil {
-		return cfg, fmt.Errorf("SILO_LOG_LEVEL: %w", err)
-	}
-	if v := os.Getenv("SILO_DEAD_LETTER_RETENTION"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return cfg, fmt.Errorf("SILO_DEAD_LETTER_RETENTION: not a duration: %q", v)
-		}
-		cfg.deadLetterRetention = d
-	}
-	if v := os.Getenv("SILO_REAPER_INTERVAL"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return cfg, fmt.Errorf("SILO_REAPER_INTERVAL: not a duration: %q", v)
-		}
-		cfg.reaperInterval = d
-		if d == 0 {
-			cfg.reaperInterval = -1
-		}
-	}
-	if v := os.Getenv("SILO_UPDATER_WORKERS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 256 {
-			return cfg, fmt.Errorf("SILO_UPDATER_WORKERS: not a number from 0 to 256: %q", v)
-		}
-		cfg.updaterWorkers = n
-	}
-	if v := os.Getenv("SILO_REAPER_BUDGET"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return cfg, fmt.Errorf("SILO_REAPER_BUDGET: not a positive duration: %q", v)
-		}
-		cfg.reaperBudget = d
-	}
-	return cfg, nil
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		var exitErr *exec.ExitError
-		if errors.As(err, &exitErr) {
-			os.Exit(exitErr.ExitCode())
-		}
-		fmt.Fprintln(os.Stderr, "silo:", err)
-		os.Exit(1)
-	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string) error {
+// usageError is a bad command line: the message and the usage of cmd (nil: of silo) go to stderr,
+// and silo exits 2.
+type usageError struct {
+	cmd *command
+	msg string
+}
+
+func (e *usageError) Error() string { return e.msg }
+
+// childExit is the exit status of the command silo ran (psql, tempdb's CMD), passed on as silo's.
+type childExit struct{ code int }
+
+func (e childExit) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// run runs the command line and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	err := dispatch(args, stdout)
+	if err == nil {
+		return 0
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		text := mainUsage()
+		if ue.cmd != nil {
+			text = ue.cmd.usage()
+		}
+		name := "silo"
+		if ue.cmd != nil {
+			name += " " + ue.cmd.name
+		}
+		fmt.Fprintf(stderr, "%s: %s\n\n%s", name, ue.msg, text)
+		return 2
+	}
+	var ce childExit
+	if errors.As(err, &ce) {
+		return ce.code
+	}
+	fmt.Fprintln(stderr, "silo: "+oneLine(err.Error()))
+	return 1
+}
+
+// oneLine joins the lines of a message (pgx puts each connection attempt on its own) into one,
+// without repeats.
+func oneLine(msg string) string {
+	var parts []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(msg, "\n") {
+		l = strings.TrimSpace(l)
+		if l != "" && !seen[l] {
+			seen[l] = true
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func dispatch(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		fmt.Print(usage)
+		fmt.Fprint(stdout, mainUsage())
 		return nil
 	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		fmt.Fprint(stdout, mainUsage())
+		return nil
+	case "-version", "--version":
+		fmt.Fprintln(stdout, version())
+		return nil
+	}
+	if strings.HasPrefix(args[0], "-") {
+		return &usageError{msg: fmt.Sprintf("unknown flag %s", args[0])}
+	}
+	cmd := findCommand(args[0])
+	if cmd == nil {
+		return &usageError{msg: fmt.Sprintf("unknown command %q", args[0])}
+	}
+	rest := args[1:]
+	switch cmd {
+	case cmdHelp:
+		return cmdHelpRun(rest, stdout)
+	case cmdVersion:
+		if _, help, err := parse(cmd, rest, stdout, false); help || err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, version())
+		return nil
+	case cmdUp, cmdServe, cmdWork, cmdMigrate:
+		if _, help, err := parse(cmd, rest, stdout, false); help || err != nil {
+			return err
+		}
+		return withEnv(func(ctx context.Context, cfg config, logger *slog.Logger) error {
+			switch cmd {
+			case cmdUp:
+				return cmdRun(ctx, cfg, logger, true, true)
+			case cmdServe:
+				return cmdRun(ctx, cfg, logger, true, false)
+			case cmdWork:
+				return cmdRun(ctx, cfg, logger, false, true)
+			}
+			return withDatabase(ctx, cfg, logger, false, func(pool *pgxpool.Pool, _ string) error {
+				return db.Migrate(ctx, pool, logger)
+			})
+		})
+	case cmdToken:
+		return cmdTokenRun(rest, stdout)
+	case cmdPsql:
+		psqlArgs, help := psqlArgs(rest)
+		if help {
+			fmt.Fprint(stdout, cmd.usage())
+			return nil
+		}
+		return withEnv(func(ctx context.Context, cfg config, logger *slog.Logger) error {
+			return cmdPsqlRun(ctx, cfg, logger, psqlArgs)
+		})
+	case cmdTempDB:
+		fs, help, err := parse(cmd, rest, stdout, true)
+		if help || err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			return &usageError{cmd: cmd, msg: "tempdb needs a command to run"}
+		}
+		return withEnv(func(ctx context.Context, _ config, logger *slog.Logger) error {
+			return cmdTempDBRun(ctx, logger, fs.Args())
+		})
+	}
+	return &usageError{msg: fmt.Sprintf("unknown command %q", args[0])}
+}
+
+// parse parses a command's flags. help reports that -h or --help was given: the usage is then
+// printed to stdout and nothing else is done. Positional arguments are an error unless allowed.
+func parse(cmd *command, args []string, stdout io.Writer, positional bool) (fs *flag.FlagSet, help bool, err error) {
+	fs = cmd.flagSet()
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, cmd.usage())
+			return fs, true, nil
+		}
+		return fs, false, &usageError{cmd: cmd, msg: err.Error()}
+	}
+	if !positional && fs.NArg() > 0 {
+		return fs, false, &usageError{cmd: cmd, msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return fs, false, nil
+}
+
+// withEnv reads the configuration, sets the logger up and runs fn until SIGINT, SIGTERM or
+// SIGHUP cancels its context.
+func withEnv(fn func(ctx context.Context, cfg config, logger *slog.Logger) error) error {
 	cfg, err := loadConfig()
 	if err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-
-	switch args[0] {
-	case "up":
-		return cmdRun(ctx, cfg, logger, true, true)
-	case "serve":
-		return cmdRun(ctx, cfg, logger, true, false)
-	case "work":
-		return cmdRun(ctx, cfg, logger, false, true)
-	case "migrate":
-		return withDatabase(ctx, cfg, logger, func(pool *pgxpool.Pool, _ string) error {
-			return db.Migrate(ctx, pool, logger)
-		})
-	case "token":
-		return cmdToken(ctx, cfg, logger, args[1:])
-	case "psql":
-		return cmdPsql(ctx, cfg, logger, args[1:])
-	case "tempdb":
-		return cmdTempDB(ctx, logger, args[1:])
-	case "version":
-		fmt.Println(version())
-		return nil
-	case "help", "-h", "--help":
-		fmt.Print(usage)
-		return nil
-	}
-	return fmt.Errorf("unknown command %q (silo help lists them)", args[0])
+	return fn(ctx, cfg, logger)
 }
 
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		v := bi.Main.Version
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += " " + s.Value[:12]
-			}
+func cmdHelpRun(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, mainUsage())
+		return nil
+	}
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+		fmt.Fprint(stdout, cmdHelp.usage())
+		return nil
+	}
+	cmd := findCommand(args[0])
+	if cmd == nil {
+		return &usageError{cmd: cmdHelp, msg: fmt.Sprintf("unknown command %q", args[0])}
+	}
+	if len(args) > 1 && len(cmd.subs) > 0 {
+		sub := cmd.sub(args[1])
+		if sub == nil {
+			return &usageError{cmd: cmd, msg: fmt.Sprintf("unknown command %q", cmd.name+" "+args[1])}
 		}
-		return "silo " + v
+		cmd, args = sub, args[1:]
 	}
-	return "silo (unknown version)"
+	if len(args) > 1 {
+		return &usageError{cmd: cmdHelp, msg: fmt.Sprintf("unexpected argument %q", args[1])}
+	}
+	fmt.Fprint(stdout, cmd.usage())
+	return nil
 }
 
-// withDatabase resolves the database (DATABASE_URL, or the embedded cluster started or reused for
-// the time of fn), opens a pool and calls fn with it and the URL.
-func withDatabase(ctx context.Context, cfg config, logger *slog.Logger, fn func(pool *pgxpool.Pool, url string) error) error {
+func (c *command) sub(name string) *command {
+	for _, s := range c.subs {
+		if s.name == c.name+" "+name {
+			return s
+		}
+	}
+	return nil
+}
+
+// withDatabase resolves the database (DATABASE_URL, or the embedded cluster started or joined for
+// the time of fn), opens a pool and calls fn with it and the URL. A server process (up, serve,
+// work) logs the embedded cluster's start and stop at info; a one-shot command only at debug, so
+// its output stays its own.
+func withDatabase(ctx context.Context, cfg config, logger *slog.Logger, server bool, fn func(pool *pgxpool.Pool, url string) error) error {
 	url := cfg.databaseURL
 	if url == "" {
+		level := slog.LevelDebug
+		if server {
+			level = slog.LevelInfo
+		}
 		cluster, err := embedpg.Start(ctx, embedpg.Options{
-			Dir: filepath.Join(cfg.dataDir, "pg"),
-			Log: func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) },
+			Dir: embeddedDir(cfg),
+			Log: func(format string, args ...any) {
+				logger.Log(context.Background(), level, fmt.Sprintf(format, args...))
+			},
 		})
 		if err != nil {
-			return fmt.Errorf("error starting the embedded PostgreSQL: %w", err)
+			return fmt.Errorf("error starting the embedded PostgreSQL in %s: %w", embeddedDir(cfg), err)
 		}
 		defer func() {
 			if err := cluster.Stop(); err != nil {
 				logger.Error("error stopping the embedded PostgreSQL", "err", err)
-			} else if cluster.Owned() {
-				logger.Info("embedded PostgreSQL stopped", "pid", cluster.Pid())
 			}
 		}()
 		url = cluster.URL("postgres")
 	}
-	pool, err := db.Open(ctx, url)
+	pool, err := openDatabase(ctx, url, cfg.databaseURL != "")
 	if err != nil {
 		return err
 	}
@@ -218,36 +261,51 @@ func withDatabase(ctx context.Context, cfg config, logger *slog.Logger, fn func(
 	return fn(pool, url)
 }
 
-func cmdToken(ctx context.Context, cfg config, logger *slog.Logger, args []string) error {
-	if len(args) == 0 || (args[0] != "create" && args[0] != "revoke") {
-		return errors.New("usage: silo token create --name N [--roles r1,r2] [--write] [--admin] | silo token revoke --name N")
+func cmdTokenRun(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return &usageError{cmd: cmdToken, msg: "token needs a command: create or revoke"}
 	}
-	fs := flag.NewFlagSet("token "+args[0], flag.ContinueOnError)
-	name := fs.String("name", "", "token name (unique)")
-	roles := fs.String("roles", "", "comma-separated reader roles")
-	write := fs.Bool("write", false, "may apply profile updates")
-	admin := fs.Bool("admin", false, "may administer (dead letters, configuration); implies --write")
-	if err := fs.Parse(args[1:]); err != nil {
+	switch args[0] {
+	case "-h", "-help", "--help":
+		fmt.Fprint(stdout, cmdToken.usage())
+		return nil
+	}
+	cmd := cmdToken.sub(args[0])
+	if cmd == nil {
+		return &usageError{cmd: cmdToken, msg: fmt.Sprintf("unknown command %q", "token "+args[0])}
+	}
+	fs, help, err := parse(cmd, args[1:], stdout, false)
+	if help || err != nil {
 		return err
 	}
-	return withDatabase(ctx, cfg, logger, func(pool *pgxpool.Pool, _ string) error {
-		q := db.New(pool)
-		if args[0] == "revoke" {
-			_, err := q.TokenRevoke(ctx, *name)
-			return describe(err)
-		}
-		var roleList []string
-		for _, r := range strings.Split(*roles, ",") {
-			if r = strings.TrimSpace(r); r != "" {
-				roleList = append(roleList, r)
+	name := fs.Lookup("name").Value.String()
+	if name == "" {
+		return &usageError{cmd: cmd, msg: "--name is required"}
+	}
+	return withEnv(func(ctx context.Context, cfg config, logger *slog.Logger) error {
+		return withDatabase(ctx, cfg, logger, false, func(pool *pgxpool.Pool, _ string) error {
+			q := db.New(pool)
+			if cmd == cmdTokenRevoke {
+				_, err := q.TokenRevoke(ctx, name)
+				return describe(err)
 			}
-		}
-		row, err := q.TokenCreate(ctx, db.TokenCreateParams{Name: *name, Roles: roleList, CanWrite: *write, IsAdmin: *admin})
-		if err != nil {
-			return describe(err)
-		}
-		fmt.Println(row.Token)
-		return nil
+			var roleList []string
+			for _, r := range strings.Split(fs.Lookup("roles").Value.String(), ",") {
+				if r = strings.TrimSpace(r); r != "" {
+					roleList = append(roleList, r)
+				}
+			}
+			row, err := q.TokenCreate(ctx, db.TokenCreateParams{
+				Name: name, Roles: roleList,
+				CanWrite: fs.Lookup("write").Value.String() == "true",
+				IsAdmin:  fs.Lookup("admin").Value.String() == "true",
+			})
+			if err != nil {
+				return describe(err)
+			}
+			fmt.Fprintln(stdout, row.Token)
+			return nil
+		})
 	})
 }
 
@@ -259,8 +317,23 @@ func describe(err error) error {
 	return err
 }
 
-func cmdPsql(ctx context.Context, cfg config, logger *slog.Logger, args []string) error {
-	return withDatabase(ctx, cfg, logger, func(pool *pgxpool.Pool, url string) error {
+// psqlArgs picks psql's arguments out of silo psql's: help is asked for by -h, -help or --help
+// before a --; the first -- is dropped, and what follows it goes to psql as it is.
+func psqlArgs(args []string) (out []string, help bool) {
+	for i, a := range args {
+		switch a {
+		case "--":
+			return append(out, args[i+1:]...), false
+		case "-h", "-help", "--help":
+			return nil, true
+		}
+		out = append(out, a)
+	}
+	return out, false
+}
+
+func cmdPsqlRun(ctx context.Context, cfg config, logger *slog.Logger, args []string) error {
+	return withDatabase(ctx, cfg, logger, false, func(pool *pgxpool.Pool, url string) error {
 		pool.Close()
 		psql, err := exec.LookPath("psql")
 		if err != nil {
@@ -270,19 +343,25 @@ func cmdPsql(ctx context.Context, cfg config, logger *slog.Logger, args []string
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 		signal.Ignore(os.Interrupt) // Ctrl-C belongs to psql while it runs
 		defer signal.Reset(os.Interrupt)
-		return cmd.Run()
+		return exitStatus(cmd.Run())
 	})
 }
 
-// cmdTempDB starts a throw-away cluster, migrates a template database once, runs the command with
-// SILO_TEST_DATABASE_URL and SILO_TEST_TEMPLATE set, then stops the cluster and removes it.
-func cmdTempDB(ctx context.Context, logger *slog.Logger, args []string) error {
-	if len(args) > 0 && args[0] == "--" {
-		args = args[1:]
+// exitStatus turns the exit of a command silo ran into silo's own status (128+n for signal n).
+func exitStatus(err error) error {
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) {
+		return err
 	}
-	if len(args) == 0 {
-		return errors.New("usage: silo tempdb -- CMD [ARGS...]")
+	if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return childExit{code: 128 + int(ws.Signal())}
 	}
+	return childExit{code: exitErr.ExitCode()}
+}
+
+// cmdTempDBRun starts a throw-away cluster, migrates a template database once, runs the command
+// with SILO_TEST_DATABASE_URL and SILO_TEST_TEMPLATE set, then stops the cluster and removes it.
+func cmdTempDBRun(ctx context.Context, logger *slog.Logger, args []string) error {
 	dir, err := os.MkdirTemp("", "silo-tempdb-")
 	if err != nil {
 		return err
@@ -319,5 +398,5 @@ func cmdTempDB(ctx context.Context, logger *slog.Logger, args []string) error {
 		_ = cmd.Process.Signal(os.Interrupt)
 		err = <-done
 	}
-	return err
+	return exitStatus(err)
 }

@@ -22,9 +22,26 @@ import (
 
 // cmdRun runs the HTTP API and/or the River workers until ctx is cancelled (SIGINT/SIGTERM), then
 // shuts down in order: stop accepting requests and finish the ones in flight, stop the workers
-// (jobs in progress finish), close the pool, stop the embedded database.
+// (jobs in progress finish), close the pool, leave the embedded database.
+//
+// The listen addresses are taken first, before the database is opened and anything starts: an
+// address in use fails the start with one line, and no worker runs in the meantime.
 func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bool) error {
-	return withDatabase(ctx, cfg, logger, func(pool *pgxpool.Pool, _ string) error {
+	var apiLn, metricsLn net.Listener
+	var err error
+	if serve {
+		if apiLn, err = listen("SILO_ADDR", cfg.addr); err != nil {
+			return err
+		}
+		defer apiLn.Close()
+	}
+	if work && !serve && cfg.metricsAddr != "" {
+		if metricsLn, err = listen("SILO_METRICS_ADDR", cfg.metricsAddr); err != nil {
+			return err
+		}
+		defer metricsLn.Close()
+	}
+	return withDatabase(ctx, cfg, logger, true, func(pool *pgxpool.Pool, _ string) (runErr error) {
 		if serve && work { // `silo up`: one command does it all
 			if err := db.Migrate(ctx, pool, logger); err != nil {
 				return err
@@ -32,6 +49,16 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 		}
 		errc := make(chan error, 3)
 		var stops []func(context.Context) error
+		// Whatever has started is stopped again, also when a later part fails to start.
+		defer func() {
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			for _, stop := range stops {
+				if err := stop(shutdownCtx); err != nil {
+					logger.Error("error during shutdown", "err", err)
+				}
+			}
+		}()
 		registry := prometheus.NewRegistry()
 
 		if work {
@@ -53,16 +80,12 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 				logger.Info("profile updater started", "workers_per_priority", cfg.updaterWorkers)
 				stops = append(stops, updater.Stop)
 			}
-			if !serve && cfg.metricsAddr != "" {
+			if metricsLn != nil {
 				registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 				mux := http.NewServeMux()
 				mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
-				stop, err := listenAndServe(cfg.metricsAddr, mux, errc)
-				if err != nil {
-					return err
-				}
+				stops = append([]func(context.Context) error{serveOn(metricsLn, mux, errc)}, stops...)
 				logger.Info("metrics listening", "addr", cfg.metricsAddr)
-				stops = append([]func(context.Context) error{stop}, stops...)
 			}
 		}
 		if serve {
@@ -75,46 +98,30 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 			if err := hub.Start(ctx); err != nil {
 				return err
 			}
+			stops = append([]func(context.Context) error{hub.Stop}, stops...)
 			handler := server.New(server.Config{Pool: pool, Logger: logger, Version: version(), Registry: registry, Hub: hub})
-			stop, err := listenAndServe(cfg.addr, handler, errc)
-			if err != nil {
-				_ = hub.Stop(ctx)
-				return err
-			}
-			logger.Info("HTTP API listening", "addr", cfg.addr)
 			// Stop taking requests, then close the websockets (each told where to resume).
-			stops = append([]func(context.Context) error{stop, hub.Stop}, stops...)
+			stops = append([]func(context.Context) error{serveOn(apiLn, handler, errc)}, stops...)
+			logger.Info("HTTP API listening", "addr", cfg.addr)
 		}
 
-		var runErr error
 		select {
 		case <-ctx.Done():
 			logger.Info("shutting down")
 		case runErr = <-errc:
 		}
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		for _, stop := range stops {
-			if err := stop(shutdownCtx); err != nil {
-				logger.Error("error during shutdown", "err", err)
-			}
-		}
 		return runErr
 	})
 }
 
-// listenAndServe serves handler on addr until the returned stop is called; a failure of the server
-// is sent to errc.
-func listenAndServe(addr string, handler http.Handler, errc chan<- error) (func(context.Context) error, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("error listening on %s: %w", addr, err)
-	}
+// serveOn serves handler on ln until the returned stop is called; a failure of the server is sent
+// to errc.
+func serveOn(ln net.Listener, handler http.Handler, errc chan<- error) func(context.Context) error {
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("HTTP server on %s: %w", addr, err)
+			errc <- fmt.Errorf("HTTP server on %s: %w", ln.Addr(), err)
 		}
 	}()
-	return srv.Shutdown, nil
+	return srv.Shutdown
 }

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/silo-db/silo/db"
+)
+
+type config struct {
+	databaseURL         string
+	addr                string
+	dataDir             string
+	logLevel            slog.Level
+	deadLetterRetention time.Duration
+	reaperInterval      time.Duration // negative: the reaper does not run
+	reaperBudget        time.Duration
+	updaterWorkers      int
+	metricsAddr         string
+}
+
+func loadConfig() (config, error) {
+	cfg := config{
+		databaseURL:         os.Getenv("DATABASE_URL"),
+		addr:                envOr("SILO_ADDR", ":8080"),
+		dataDir:             envOr("SILO_DATA_DIR", ".silo"),
+		deadLetterRetention: 30 * 24 * time.Hour,
+		reaperInterval:      time.Minute,
+		reaperBudget:        time.Minute,
+		updaterWorkers:      2,
+		metricsAddr:         os.Getenv("SILO_METRICS_ADDR"),
+	}
+	if err := cfg.logLevel.UnmarshalText([]byte(envOr("SILO_LOG_LEVEL", "info"))); err != nil {
+		return cfg, fmt.Errorf("SILO_LOG_LEVEL: %w", err)
+	}
+	if v := os.Getenv("SILO_DEAD_LETTER_RETENTION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return cfg, fmt.Errorf("SILO_DEAD_LETTER_RETENTION: not a duration: %q", v)
+		}
+		cfg.deadLetterRetention = d
+	}
+	if v := os.Getenv("SILO_REAPER_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return cfg, fmt.Errorf("SILO_REAPER_INTERVAL: not a duration: %q", v)
+		}
+		cfg.reaperInterval = d
+		if d == 0 {
+			cfg.reaperInterval = -1
+		}
+	}
+	if v := os.Getenv("SILO_UPDATER_WORKERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 256 {
+			return cfg, fmt.Errorf("SILO_UPDATER_WORKERS: not a number from 0 to 256: %q", v)
+		}
+		cfg.updaterWorkers = n
+	}
+	if v := os.Getenv("SILO_REAPER_BUDGET"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("SILO_REAPER_BUDGET: not a positive duration: %q", v)
+		}
+		cfg.reaperBudget = d
+	}
+	return cfg, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func embeddedDir(cfg config) string { return filepath.Join(cfg.dataDir, "pg") }
+
+// listen takes the TCP address addr of setting name (SILO_ADDR, SILO_METRICS_ADDR). Its errors
+// are one line naming the setting and what to change.
+func listen(name, addr string) (net.Listener, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q is not a listen address: want host:port, e.g. :8080 or 127.0.0.1:8080", name, addr)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	switch {
+	case err == nil:
+		return ln, nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("%s=%s: the address is already in use by another process: stop it or set %s to a free address", name, addr, name)
+	case errors.Is(err, syscall.EACCES):
+		return nil, fmt.Errorf("%s=%s: permission denied (ports below 1024 need privileges): set %s to another address", name, addr, name)
+	default:
+		return nil, fmt.Errorf("%s=%s: cannot listen there: %w: set %s to an address of this machine", name, addr, err, name)
+	}
+}
+
+// connectTimeout bounds the first connection to the database, so a server that does not answer
+// fails the start instead of hanging it.
+const connectTimeout = 20 * time.Second
+
+// openDatabase opens the pool on url and checks that the server answers. fromEnv: url is
+// DATABASE_URL, which the errors then name.
+func openDatabase(ctx context.Context, url string, fromEnv bool) (*pgxpool.Pool, error) {
+	if !fromEnv {
+		return db.Open(ctx, url)
+	}
+	if _, err := pgxpool.ParseConfig(url); err != nil {
+		return nil, fmt.Errorf("DATABASE_URL is not a valid PostgreSQL connection string: %s", parseReason(err))
+	}
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	pool, err := db.Open(cctx, url)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var connErr *pgconn.ConnectError
+		if errors.As(err, &connErr) {
+			err = connErr
+		}
+		if cctx.Err() != nil {
+			return nil, fmt.Errorf("DATABASE_URL: no answer from PostgreSQL within %s: %w", connectTimeout, err)
+		}
+		return nil, fmt.Errorf("DATABASE_URL: cannot connect to PostgreSQL: %w", err)
+	}
+	return pool, nil
+}
+
+// parseReason is why a connection string did not parse. pgx masks the password in the string it
+// quotes; a URL parser's error quoting the raw string is replaced by its reason alone.
+func parseReason(err error) string {
+	text := err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		text = strings.Replace(text, ue.Error(), ue.Err.Error(), 1)
+	}
+	return text
+}
