@@ -1,16 +1,12 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/silo-db/silo/db"
 )
@@ -62,9 +58,15 @@ func (s *server) profileUpdates(w http.ResponseWriter, r *http.Request) {
 		badParam(w, fmt.Errorf("mode must be sync or async, got %q", mode))
 		return
 	}
-	// Not through the batcher, which joins the requests of every token into one call with no
-	// readers: what a result may tell depends on the token's readers.
-	rows, err := applyBatchFor(r.Context(), s.q, body, id.Readers)
+	// Small requests are joined with others of tokens with the same readers (group commit); a
+	// large one is a call of its own.
+	var rows []db.ProfileApplyBatchForReadersRow
+	var err error
+	if elems := splitUpdates(body); elems != nil {
+		rows, err = s.batcher.apply(r.Context(), elems, id.Readers)
+	} else {
+		rows, err = applyBatch(r.Context(), s.q, body, id.Readers)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -81,25 +83,6 @@ func (s *server) profileUpdates(w http.ResponseWriter, r *http.Request) {
 		s.metrics.updates.WithLabelValues(op, row.Status).Inc()
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// applyBatchFor calls api.profile_apply_batch with the caller's readers, retrying as applyBatch
-// does when PostgreSQL aborted the transaction for a deadlock or a serialization failure (the
-// rolled-back call is safe to repeat).
-func applyBatchFor(ctx context.Context, q *db.Queries, body json.RawMessage, readers []string) ([]db.ProfileApplyBatchForReadersRow, error) {
-	arg := db.ProfileApplyBatchForReadersParams{Updates: body, Readers: readers}
-	for attempt := 0; ; attempt++ {
-		rows, err := q.ProfileApplyBatchForReaders(ctx, arg)
-		var pgErr *pgconn.PgError
-		if err == nil || attempt == 5 || !errors.As(err, &pgErr) || (pgErr.Code != "40P01" && pgErr.Code != "40001") {
-			return rows, err
-		}
-		select {
-		case <-time.After(time.Duration(1+attempt*attempt) * 5 * time.Millisecond):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
 }
 
 // profileDoc is the response of the profile reads (Granary's shape).

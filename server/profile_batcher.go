@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/silo-db/silo/db"
 )
@@ -15,7 +16,8 @@ import (
 // joined into one api.profile_apply_batch call — one transaction, one flush — and each request gets
 // back exactly its own result rows. This changes nothing in the semantics: every update of a batch
 // is applied or dead-lettered on its own, each request's updates stay in their order, and
-// concurrent requests had no order between them to begin with.
+// concurrent requests had no order between them to begin with. Only requests of tokens with the
+// same readers are joined: the results are told as those readers may see them.
 
 const (
 	coalesceMaxUpdates = 100      // a request with more updates is applied on its own
@@ -25,12 +27,14 @@ const (
 )
 
 type batchItem struct {
-	elems [][]byte // the request's updates
-	reply chan batchReply
+	elems   [][]byte // the request's updates
+	readers []string // the token's readers
+	key     string   // the readers joined: requests with equal keys are joined
+	reply   chan batchReply
 }
 
 type batchReply struct {
-	rows []db.ProfileApplyBatchRow
+	rows []db.ProfileApplyBatchForReadersRow
 	err  error
 }
 
@@ -68,9 +72,10 @@ func splitUpdates(body []byte) [][]byte {
 	return out
 }
 
-// apply applies the request's updates, joined with whatever other small requests are waiting.
-func (b *batcher) apply(ctx context.Context, elems [][]byte) ([]db.ProfileApplyBatchRow, error) {
-	it := &batchItem{elems: elems, reply: make(chan batchReply, 1)}
+// apply applies the request's updates, joined with whatever other small requests of tokens with
+// the same readers are waiting.
+func (b *batcher) apply(ctx context.Context, elems [][]byte, readers []string) ([]db.ProfileApplyBatchForReadersRow, error) {
+	it := &batchItem{elems: elems, readers: readers, key: strings.Join(readers, "\x00"), reply: make(chan batchReply, 1)}
 	select {
 	case b.queue <- it:
 	case <-ctx.Done():
@@ -98,31 +103,50 @@ func (b *batcher) run() {
 				break collect
 			}
 		}
-		var buf bytes.Buffer
-		buf.WriteByte('[')
+		// One call per set of readers, in the order they first came.
+		var keys []string
+		groups := map[string][]*batchItem{}
 		for _, it := range items {
-			for _, e := range it.elems {
-				if buf.Len() > 1 {
-					buf.WriteByte(',')
-				}
-				buf.Write(e)
+			if _, seen := groups[it.key]; !seen {
+				keys = append(keys, it.key)
 			}
+			groups[it.key] = append(groups[it.key], it)
 		}
-		buf.WriteByte(']')
-		// Not the context of one request: the call serves them all.
-		rows, err := applyBatch(context.Background(), b.q, buf.Bytes())
-		if err == nil && len(rows) != n {
-			err = fmt.Errorf("profile_apply_batch returned %d rows for %d updates", len(rows), n)
+		for _, k := range keys {
+			b.applyGroup(groups[k])
 		}
-		off := 0
-		for _, it := range items {
-			if err != nil {
-				it.reply <- batchReply{err: err}
-				continue
+	}
+}
+
+// applyGroup applies the updates of requests with the same readers as one call and hands each
+// request its own result rows.
+func (b *batcher) applyGroup(items []*batchItem) {
+	var buf bytes.Buffer
+	n := 0
+	buf.WriteByte('[')
+	for _, it := range items {
+		for _, e := range it.elems {
+			if buf.Len() > 1 {
+				buf.WriteByte(',')
 			}
-			mine := rows[off : off+len(it.elems)]
-			off += len(it.elems)
-			it.reply <- batchReply{rows: mine}
+			buf.Write(e)
+			n++
 		}
+	}
+	buf.WriteByte(']')
+	// Not the context of one request: the call serves them all.
+	rows, err := applyBatch(context.Background(), b.q, buf.Bytes(), items[0].readers)
+	if err == nil && len(rows) != n {
+		err = fmt.Errorf("profile_apply_batch returned %d rows for %d updates", len(rows), n)
+	}
+	off := 0
+	for _, it := range items {
+		if err != nil {
+			it.reply <- batchReply{err: err}
+			continue
+		}
+		mine := rows[off : off+len(it.elems)]
+		off += len(it.elems)
+		it.reply <- batchReply{rows: mine}
 	}
 }
