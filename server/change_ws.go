@@ -94,12 +94,9 @@ func (s *server) changeWS(w http.ResponseWriter, r *http.Request) {
 
 // tokenCheck checks again, for a connection that outlives its request, that token is valid (the
 // identity cache answers while fresh): change.ErrRevoked once api.token_authenticate refuses it
-// (SLAUT), another error when it could not be checked. nil for the anonymous identity, which has
-// nothing to revoke.
+// (SLAUT), another error when it could not be checked. The anonymous identity is checked too: a
+// session opened while anonymous reads were on ends when an operator turns them off.
 func (s *server) tokenCheck(token string) func(context.Context) error {
-	if token == "" {
-		return nil
-	}
 	return func(ctx context.Context) error {
 		_, err := s.authenticate(ctx, token)
 		var pgErr *pgconn.PgError

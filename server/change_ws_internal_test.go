@@ -13,19 +13,22 @@ import (
 	"github.com/silo-db/silo/db/dbtest"
 )
 
-// The token check of an open websocket: nothing to check for the anonymous identity, nil for a
-// valid token, change.ErrRevoked (wrapping the SLAUT error) for a revoked one.
+// The token check of an open websocket: nil for a valid token, change.ErrRevoked (wrapping the
+// SLAUT error) for a revoked one, and for the anonymous identity once anonymous reads are off.
 func TestChangeWSTokenCheck(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
 	s := &server{q: db.New(pool)}
-	require.Nil(t, s.tokenCheck(""))
+	require.ErrorIs(t, s.tokenCheck("")(ctx), change.ErrRevoked)
+	_, err := pool.Exec(ctx, `UPDATE silo.settings SET value = 'true' WHERE key = 'auth.anonymous_reads'`)
+	require.NoError(t, err)
+	require.NoError(t, (&server{q: db.New(pool)}).tokenCheck("")(ctx), "anonymous reads on")
 
 	var valid, gone string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT token FROM api.token_create('valid', '{}', false, false)`).Scan(&valid))
 	require.NoError(t, pool.QueryRow(ctx, `SELECT token FROM api.token_create('gone', '{}', false, false)`).Scan(&gone))
-	_, err := pool.Exec(ctx, `SELECT api.token_revoke('gone')`)
+	_, err = pool.Exec(ctx, `SELECT api.token_revoke('gone')`)
 	require.NoError(t, err)
 
 	require.NoError(t, s.tokenCheck(valid)(ctx))

@@ -53,7 +53,8 @@ func TestChangeWSRefusesBadTokensBeforeTheUpgrade(t *testing.T) {
 		{"unknown token in the header", "", bearer("silo_nope"), 401, "invalid-access-token"},
 		{"unknown token in ?auth", "?auth=silo_nope", nil, 401, "invalid-access-token"},
 		{"bad after", "?after=-1", bearer(reader), 400, "invalid-parameters-format"},
-		{"bad debounce", "?debounce_ms=x", nil, 400, "invalid-parameters-format"},
+		{"no token while anonymous reads are off", "", nil, 401, "invalid-access-token"},
+		{"bad debounce", "?debounce_ms=x", bearer(reader), 400, "invalid-parameters-format"},
 		{"no channel name", "?channel=bogus", bearer(reader), 400, "invalid-parameters-format"},
 		{"an empty channel", "?channel=", bearer(reader), 400, "invalid-parameters-format"},
 		{"a * in the middle", "?channels=profile:*:x", bearer(reader), 400, "invalid-parameters-format"},
@@ -84,7 +85,10 @@ func TestChangeWSRefusesBadTokensBeforeTheUpgrade(t *testing.T) {
 	// An over-long channel, named in full in the answer (longer than a websocket client reads of a
 	// refused handshake: asked without an upgrade, which is checked after the parameters).
 	long := "ops:" + strings.Repeat("x", 1000)
-	resp, err := http.Get(srv.URL + "/ws?channel=" + long)
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/ws?channel="+long, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+reader)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	var e struct {
 		Error struct {
@@ -97,12 +101,18 @@ func TestChangeWSRefusesBadTokensBeforeTheUpgrade(t *testing.T) {
 	require.Equal(t, 400, resp.StatusCode)
 	require.Equal(t, "invalid-parameters-format", e.Error.ID)
 	require.Equal(t, []string{long}, e.Error.Data.Channels)
-	// A valid token, in the header or in ?auth, and none at all open a session.
+	// A valid token, in the header or in ?auth, opens a session; so does none at all once an
+	// operator turned anonymous reads on (a server of its own: the refusal above is cached).
+	_, err = pool.Exec(ctx, `UPDATE silo.settings SET value = 'true' WHERE key = 'auth.anonymous_reads'`)
+	require.NoError(t, err)
+	anon := httptest.NewServer(server.New(server.Config{Pool: pool, Version: "test", Hub: hub}))
+	t.Cleanup(anon.Close)
+	anonURL := "ws" + strings.TrimPrefix(anon.URL, "http") + "/ws"
 	for _, tc := range []struct {
-		query  string
-		header http.Header
-	}{{"", bearer(reader)}, {"?auth=" + reader, nil}, {"", nil}} {
-		conn, resp, err := websocket.DefaultDialer.Dial(url+tc.query, tc.header)
+		url, query string
+		header     http.Header
+	}{{url, "", bearer(reader)}, {url, "?auth=" + reader, nil}, {anonURL, "", nil}} {
+		conn, resp, err := websocket.DefaultDialer.Dial(tc.url+tc.query, tc.header)
 		require.NoError(t, err, tc.query)
 		resp.Body.Close()
 		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -112,7 +122,7 @@ func TestChangeWSRefusesBadTokensBeforeTheUpgrade(t *testing.T) {
 		conn.Close()
 	}
 	// A plain GET is not an upgrade.
-	resp, err = http.Get(srv.URL + "/ws")
+	resp, err = http.Get(anon.URL + "/ws")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 400, resp.StatusCode)
