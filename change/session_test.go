@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/silo-db/silo/change"
@@ -30,7 +31,11 @@ import (
 // another reader, not a dead letter unless it is an admin.
 func TestSessionDeliversOnlyWhatTheTokenMayRead(t *testing.T) {
 	t.Parallel()
-	b := setup(t, change.Config{}, false)
+	// The anonymous identity too, which an operator turns on.
+	b := setup(t, change.Config{}, false, func(pool *pgxpool.Pool) {
+		_, err := pool.Exec(context.Background(), `UPDATE silo.settings SET value = 'true' WHERE key = 'auth.anonymous_reads'`)
+		require.NoError(t, err)
+	})
 	q := "?channels=profile:vis:*,dead-letters"
 	clients := map[string]*wsClient{
 		"anonymous": b.dial(t, q, nil),

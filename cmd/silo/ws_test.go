@@ -52,10 +52,13 @@ func TestWebsocketAcrossTwoProcesses(t *testing.T) {
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		})
-		// Ready when GET /ws is refused for not being an upgrade (400) rather than 503.
+		// Ready when GET /ws with a token is refused for not being an upgrade (400) rather than 503.
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			resp, err := http.Get("http://" + p.addr + "/ws")
+			req, err := http.NewRequest(http.MethodGet, "http://"+p.addr+"/ws", nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := http.DefaultClient.Do(req)
 			if err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusBadRequest {
