@@ -35,6 +35,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"runtime"
@@ -158,7 +159,9 @@ func (bn *bench) startHub(ctx context.Context, poll time.Duration) (*change.Hub,
 			return nil, "", nil, fmt.Errorf("the change hub did not get ready")
 		}
 	}
-	return hub, "ws://" + ln.Addr().String() + "/ws", stop, nil
+	// The clients authenticate with the bench's token in ?auth= (also in a child process, which
+	// gets only the URL): anonymous access is off.
+	return hub, "ws://" + ln.Addr().String() + "/ws?auth=" + url.QueryEscape(bn.token), stop, nil
 }
 
 // waitSequenced waits until no change is pending.
@@ -359,7 +362,7 @@ func (bn *bench) notifyLatency(ctx context.Context, rp *report, wsURL string, qu
 		wg.Wait()
 	}()
 	if err := dialAll(latClients, func(i int) error {
-		c, err := dialSubscribed(fmt.Sprintf("%s?channel=profile:latency:*&channel=profile:one:c%d", wsURL, i))
+		c, err := dialSubscribed(fmt.Sprintf("%s&channel=profile:latency:*&channel=profile:one:c%d", wsURL, i))
 		conns[i] = c
 		return err
 	}); err != nil {
@@ -651,7 +654,7 @@ func wsChild(spec string) int {
 	raiseNoFile()
 	conns := make([]*websocket.Conn, n)
 	if err := dialAll(n, func(i int) error {
-		c, err := dialSubscribed(fmt.Sprintf("%s?channel=profile:idle:c%d", f[0], i))
+		c, err := dialSubscribed(fmt.Sprintf("%s&channel=profile:idle:c%d", f[0], i))
 		conns[i] = c
 		return err
 	}); err != nil {
