@@ -22,17 +22,22 @@ import (
 	"github.com/silo-db/silo/db/embedpg"
 )
 
-// holderEnv makes this test binary a lease holder: TestHelperHoldLease joins (or starts) the
-// cluster in that directory, prints its port, and keeps its lease until its stdin closes.
+// holderEnv makes this test binary a lease holder (holdLease) for the cluster in that directory.
 const holderEnv = "SILO_EMBEDPG_TEST_HOLDER"
 
 var fastSettings = map[string]string{"fsync": "off"}
 
-func TestHelperHoldLease(t *testing.T) {
-	dir := os.Getenv(holderEnv)
-	if dir == "" {
-		t.Skip("runs only as the lease holder process of the other tests")
+// TestMain runs the tests, or, in a process started by startHolder, holds a lease instead.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(holderEnv); dir != "" {
+		holdLease(dir)
 	}
+	os.Exit(m.Run())
+}
+
+// holdLease joins (or starts) the cluster in dir, prints its port and pid, and keeps its lease until
+// stdin closes; then it leaves and the process exits.
+func holdLease(dir string) {
 	c, err := embedpg.Start(context.Background(), embedpg.Options{Dir: dir, Settings: fastSettings})
 	if err != nil {
 		fmt.Println("error", err)
@@ -56,7 +61,7 @@ type holder struct {
 func startHolder(t *testing.T, dir string) *holder {
 	t.Helper()
 	h := &holder{done: make(chan struct{})}
-	h.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperHoldLease$", "-test.count=1")
+	h.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	h.cmd.Env = append(os.Environ(), holderEnv+"="+dir)
 	h.cmd.Stderr = os.Stderr
 	var err error
