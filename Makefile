@@ -1,6 +1,6 @@
 # Silo — `make run` starts Silo on an embedded PostgreSQL; `make test` runs the whole suite.
 # Both install what is missing first: Go modules, sqlc, and (as root, through apt-get) Debian's
-# PostgreSQL server binaries and plpgsql_check, the PL/pgSQL linter the tests run over sql/.
+# PostgreSQL server binaries; make test also plpgsql_check, the PL/pgSQL linter it runs over sql/.
 
 SHELL      := /bin/bash
 GO         ?= go
@@ -13,12 +13,12 @@ SQLC       := $(GOBIN)/sqlc
 SILO       := bin/silo
 FUZZTIME   ?= 30s
 
-.PHONY: run test build deps deps-pg deps-go sqlc generate sqlc-check vet fmt-check bench fuzz clean
+.PHONY: run test build deps deps-pg deps-lint deps-go sqlc generate sqlc-check vet fmt-check bench fuzz clean
 
 run: deps build
 	./$(SILO) up
 
-test: deps build vet fmt-check sqlc-check
+test: deps deps-lint build vet fmt-check sqlc-check
 	./$(SILO) tempdb -- $(GO) test -count=1 -timeout 15m ./...
 
 build: deps-go
@@ -36,8 +36,7 @@ deps-go:
 	@$(GO) mod download
 
 # PostgreSQL server binaries: Debian's packages. No cluster is created or started by the install:
-# Silo starts its own. Then plpgsql_check for the server Silo starts ($SILO_PG_BIN, else the newest
-# /usr/lib/postgresql/*/bin): the lint test in db/ runs it over every PL/pgSQL function of sql/.
+# Silo starts its own.
 deps-pg:
 	@if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || ! command -v psql >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then \
@@ -52,6 +51,10 @@ deps-pg:
 			echo "PostgreSQL server binaries are missing: install Debian's postgresql package (or set SILO_PG_BIN)"; exit 1; \
 		fi; \
 	fi
+
+# plpgsql_check, for the server Silo starts ($SILO_PG_BIN, else the newest /usr/lib/postgresql/*/bin):
+# the lint test in db/ runs it over every PL/pgSQL function of sql/. Only make test needs it.
+deps-lint: deps-pg
 	@bin=$${SILO_PG_BIN:-$$(ls -dv /usr/lib/postgresql/*/bin | tail -n1)}; \
 	ver=$$("$$bin/postgres" --version | sed -E 's/^[^0-9]*([0-9]+).*/\1/'); \
 	share=$$("$$bin/pg_config" --sharedir 2>/dev/null || echo /usr/share/postgresql/$$ver); \
