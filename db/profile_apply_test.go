@@ -519,6 +519,7 @@ func TestProfileApplyDeadLetters(t *testing.T) {
 		{"_set_ttn with a negative duration", nil, m("_set_ttn", `"P-1D"`), "SPDUR", "Value (_v) contains a negative number", ""},
 		{"_profile_link to nobody", nil, `{"_operation":"_profile_link","_id":"$A","_value":{"_v":""}}`, "SPVAL", "Value must be a non-empty String, the correlation id to link to", ""},
 		{"_profile_link with an array", nil, `{"_operation":"_profile_link","_id":"$A","_value":{"_v":["$B"]}}`, "SPVAL", "Value must be a non-empty String, the correlation id to link to", ""},
+		{"_profile_link to a target too long", nil, `{"_operation":"_profile_link","_id":"$A","_value":{"_v":"` + strings.Repeat("t", 513) + `"}}`, "SPVAL", "The link target (_v) is longer than 512 bytes", "validating _v for _profile_link"},
 		{"_c above 1", nil, m("_set", `"x"`, `"_c":1.5`), "SPCRT", "Certainty (_c) must be a number between 0 and 1", "validating _c"},
 		{"_c negative", nil, m("_set", `"x"`, `"_c":-0.1`), "SPCRT", "Certainty (_c) must be a number between 0 and 1", ""},
 		{"_c a word", nil, m("_set", `"x"`, `"_c":"high"`), "SPCRT", "Certainty (_c) must be a number between 0 and 1", ""},

@@ -30,14 +30,20 @@
 --   which always addresses profile_link); _path (an array of at least one non-empty string without
 --   "/", no segment _latest or shaped like a point in time, the first segment not _id; ignored by
 --   _profile_link, which writes path /new); the key (_id, _profile_type, path) at most 2000 bytes;
---   _value (an object); _v (not null, the shape its operation needs); _c (a number or numeric
---   string in [0, 1], default 1); _in (epoch milliseconds as a number or numeric string, a whole
---   number, or an ISO 8601 date or date-time: a date alone is midnight UTC, a date-time without
---   offset is UTC, fractions below the millisecond are cut; at most 9999-12-31; default now());
---   _ttl and _ttn (strict ISO 8601 durations such as P3M, P1W, PT1.5S or P1Y2M3DT4H5M6S, at most
---   about 31,000 years, default P100Y); _origin (a string or null); _reader (a non-empty string,
---   default _auth). Unknown keys, and _schema, are ignored. The SQLSTATEs, reasons and contexts
---   of these rules are profile_private.validate_full's.
+--   _value (an object); _v (not null, the shape its operation needs; the link target, the _v of
+--   _profile_link, a non-empty string of at most 512 bytes: it becomes the correlation id that
+--   later updates of the linked id are written to, with their own profile type and path, which
+--   the key rule holds to 1999 bytes, so that every key written under a target fits in an index
+--   row of the primary key, at most 2704 bytes; a target as long as an _id may be would not);
+--   _c (a number or numeric string in [0, 1], default 1); _in (epoch milliseconds as a number or
+--   numeric string, a whole number, or an ISO 8601 date or date-time: a date alone is midnight
+--   UTC, a date-time without offset is UTC, fractions below the millisecond are cut; at most
+--   9999-12-31; default now()); _ttl and _ttn (strict ISO 8601 durations such as P3M, P1W, PT1.5S
+--   or P1Y2M3DT4H5M6S, at most 64 characters and about 31,000 years, default P100Y); _origin (a
+--   string or null); _reader (a non-empty string, default _auth). _origin, _reader and the pits
+--   listed by _delete, _set_ttl and _set_ttn have no length limit: none is part of a key or of an
+--   index, the pits only select rows. Unknown keys, and _schema, are ignored. The SQLSTATEs,
+--   reasons and contexts of these rules are profile_private.validate_full's.
 -- * Every write keeps expires_at = inserted + ttl and notify_at = inserted + ttn (computed in UTC),
 --   NULL when the duration is the default P100Y.
 -- * Profile links: a _profile_link that would create a cycle (a self link too) is rejected
