@@ -1,8 +1,12 @@
 package server
 
 import (
+	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -82,6 +86,57 @@ func ErrorFor(err error) (*APIError, bool) {
 		data["hint"] = pgErr.Hint
 	}
 	return &APIError{Status: def.Status, ID: def.ID, Message: pgErr.Message, Data: data}, true
+}
+
+// Database trouble: the request was fine, but the database could not serve it now (it restarts,
+// the network dropped the connection, it has no free connection slot). That is a 503 with
+// Retry-After, never a 500: the client should send the same request again shortly, and the pool
+// reconnects by itself (pgxpool drops a broken connection and dials a new one on the next
+// acquire).
+const (
+	// UnavailableID is the error id of database trouble.
+	UnavailableID = "database-unavailable"
+	// UnavailableRetryAfter is the Retry-After of database trouble, in seconds.
+	UnavailableRetryAfter = 1
+)
+
+// DatabaseUnavailable tells whether err is database trouble rather than a failure of the request
+// itself, and if so returns a message for the client saying what happened, without internals:
+//   - SQLSTATE class 08 (connection exception);
+//   - 57P01, 57P02, 57P03 (admin shutdown, crash shutdown, cannot connect now: a restart);
+//   - class 53 (insufficient resources: 53300 too many connections, out of memory, disk full);
+//   - a connection attempt that failed (pgconn.ConnectError), a connection that broke or was
+//     already closed (a net.Error, an unexpected EOF, pgconn.ErrConnClosed);
+//   - a deadline that passed while waiting for the database (no connection came free in time).
+//
+// Registered SQLSTATEs (errors.go's registry, 57014 statement timeout among them) are not database
+// trouble: they are answered by ErrorFor.
+func DatabaseUnavailable(err error) (string, bool) {
+	if err == nil {
+		return "", false
+	}
+	var pgErr *pgconn.PgError
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	isPg := errors.As(err, &pgErr) // also a refusal inside a ConnectError (53300 too many clients)
+	switch {
+	case isPg && strings.HasPrefix(pgErr.Code, "08"):
+		return "the connection to the database was lost; retry later", true
+	case isPg && (pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"):
+		return "the database is starting, restarting or shutting down; retry later", true
+	case isPg && strings.HasPrefix(pgErr.Code, "53"):
+		return "the database is out of resources (connections, memory or disk); retry later", true
+	case errors.As(err, &connErr):
+		return "the database cannot be reached; retry later", true
+	case isPg:
+		return "", false // the database answered: the request's own failure
+	case errors.Is(err, context.DeadlineExceeded):
+		return "the database did not answer in time; retry later", true
+	case errors.As(err, &netErr), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+		errors.Is(err, pgconn.ErrConnClosed):
+		return "the connection to the database was lost; retry later", true
+	}
+	return "", false
 }
 
 func init() {

@@ -44,15 +44,22 @@ func writeError(w http.ResponseWriter, status int, id, message string, data map[
 	writeJSON(w, status, errorBody{Error: errorObject{ID: id, Message: message, Data: data}})
 }
 
-// fail answers an error from a query: a registered SQLSTATE with its status and id, anything else
-// with a logged 500.
+// fail answers an error from a query: nothing when the client went away, database trouble
+// (DatabaseUnavailable) with a logged 503 and Retry-After, a registered SQLSTATE with its status
+// and id, anything else with a logged 500.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the client went away
+	}
+	if msg, ok := DatabaseUnavailable(err); ok {
+		s.log.Warn("database unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(UnavailableRetryAfter))
+		writeError(w, http.StatusServiceUnavailable, UnavailableID, msg, nil)
+		return
+	}
 	if apiErr, ok := ErrorFor(err); ok {
 		writeError(w, apiErr.Status, apiErr.ID, apiErr.Message, apiErr.Data)
 		return
-	}
-	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
-		return // the client went away
 	}
 	s.log.Error("unexpected error", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeError(w, http.StatusInternalServerError, "unexpected-error", "unexpected error", nil)
@@ -76,16 +83,39 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 		return nil, false
 	}
 	// PostgreSQL takes UTF-8 only (Go's JSON check lets other bytes through in strings), and its
-	// jsonb refuses \u0000 in strings: that is bad input, not a server error.
+	// jsonb refuses \u0000 in strings: that is bad input, not a server error. A raw NUL byte never
+	// gets this far: JSON allows no control character unescaped.
 	if !utf8.Valid(body) {
 		writeError(w, http.StatusBadRequest, "invalid-request-structure", "the body must be UTF-8", nil)
 		return nil, false
 	}
-	if bytes.Contains(body, []byte(`\u0000`)) {
+	if hasNULEscape(body) {
 		writeError(w, http.StatusBadRequest, "invalid-request-structure", `JSON strings may not contain \u0000`, nil)
 		return nil, false
 	}
 	return body, true
+}
+
+// hasNULEscape tells whether a valid JSON text holds the escape \u0000 (U+0000), which jsonb cannot
+// store. The same six bytes after an escaped backslash are text ("C:\\u0000dir" is a backslash,
+// then u0000): the escape is real only when the run of backslashes ending at its u is odd.
+func hasNULEscape(body []byte) bool {
+	const esc = `\u0000`
+	for i := 0; ; {
+		j := bytes.Index(body[i:], []byte(esc))
+		if j < 0 {
+			return false
+		}
+		at := i + j // the backslash of the match
+		run := 1
+		for k := at - 1; k >= 0 && body[k] == '\\'; k-- {
+			run++
+		}
+		if run%2 == 1 {
+			return true
+		}
+		i = at + len(esc)
+	}
 }
 
 // boolParam reads an optional boolean query parameter.

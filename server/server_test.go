@@ -454,3 +454,28 @@ func TestWriteResultsTellOnlyWhatTheTokenMayRead(t *testing.T) {
 			d.(map[string]any)["reason"])
 	}
 }
+
+// A JSON string may hold a backslash followed by u0000: that is text and is stored as written.
+// Only the escape of U+0000 itself is refused (jsonb cannot hold it).
+func TestBackslashU0000IsText(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := "Bearer " + b.writer
+	code, resp := b.do(t, "POST", "/profile-updates", w, `{"_id":"nul1","_path":["dir"],"_value":{"_v":"C:\\u0000dir"}}`)
+	require.Equal(t, 200, code, resp)
+	require.Equal(t, "ok", resp["results"].([]any)[0].(map[string]any)["status"], resp)
+	code, resp = b.do(t, "GET", "/profiles/_d/nul1", "Bearer "+b.reader, "")
+	require.Equal(t, 200, code, resp)
+	grain := resp["jsonPayload"].(map[string]any)["dir"].(map[string]any)["_latest"].(map[string]any)
+	require.Equal(t, `C:\u0000dir`, grain["_v"], grain)
+
+	for _, body := range []string{
+		`{"_id":"nul2","_path":["dir"],"_value":{"_v":"C:\u0000dir"}}`,
+		`{"_id":"nul2","_path":["dir"],"_value":{"_v":"C:\\\u0000dir"}}`,
+		`[{"_id":"nul2","_path":["a"],"_value":{"_v":"\\u0000"}},{"_id":"nul2","_path":["b"],"_value":{"_v":"\u0000"}}]`,
+	} {
+		code, resp = b.do(t, "POST", "/profile-updates", w, body)
+		require.Equal(t, 400, code, body)
+		require.Equal(t, "invalid-request-structure", errID(resp), body)
+	}
+}
