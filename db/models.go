@@ -20,7 +20,7 @@ type APIProfileApplyResult struct {
 	DeadLetterID  *int64  `json:"deadLetterId"`
 }
 
-// Inbox lanes waiting after an unexpected error (updater.unexpected_errors retry): priority (high, low), lane, attempts, retry_at, last_failed, last_sqlstate, last_error, the message the lane waits at (message_id, correlation_id, message, accepted) and waiting (how many messages wait in the lane). api.profile_inbox_dead_letter(message_id) moves that message to the dead letter table.
+// Inbox lanes waiting after a transient unexpected error (api.error_class; with updater.unexpected_errors retry, the default): priority (high, low), lane, attempts, retry_at, last_failed, last_sqlstate, last_error, the message the lane waits at (message_id, correlation_id, message, accepted) and waiting (how many messages wait in the lane). api.profile_inbox_dead_letter(message_id) moves that message to the dead letter table.
 type APIProfileInboxBlockedLane struct {
 	Priority      string          `json:"priority"`
 	Lane          int32           `json:"lane"`

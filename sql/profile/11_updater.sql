@@ -29,14 +29,22 @@
 --   workers are busy already, and a notifying commit takes a database-wide lock that would
 --   serialise concurrent enqueues.
 -- * Expected rejections (validation, grain type, link cycles) are dead-lettered as in
---   api.profile_apply_batch and the lane goes on. Unexpected errors, per updater.unexpected_errors:
---   retry (default): the messages of the lane before the failing one are applied, the failing one
---   and those after it stay, and the lane waits updater.retry_base_ms * 2^attempts (at most
---   updater.retry_max_ms) before it is tried again, forever, as a Kafka partition blocks (an
---   operator can move the message to the dead letter table: api.profile_inbox_dead_letter);
---   dead_letter: the message that raised it goes to the dead letter table (api.profile_apply_batch's
---   safe mode) and the lane goes on. An error that aborts the whole step (the database going away,
---   a statement timeout, a cancel) rolls the step back: the worker tries again after a pause.
+--   api.profile_apply_batch and the lane goes on. Unexpected errors are classified by
+--   api.error_class (sql/error/01_class.sql), the rule every domain's workers share. A
+--   deterministic one (a data exception 22xxx, an integrity violation 23xxx, a program limit 54xxx
+--   such as an index row too large, raise_exception P0001, ...) fails again however often it is
+--   tried: the message goes to the dead letter table with its SQLSTATE and reason and the lane goes
+--   on, in both modes, so one bad message never blocks the correlation ids that share its lane. A
+--   transient one (08xxx, 40001, 40P01, 53xxx, 55P03, 57xxx of operator intervention, 58xxx)
+--   follows updater.unexpected_errors: retry (default): the messages of the lane before the
+--   failing one are applied, the failing one and those after it stay, and the lane waits
+--   updater.retry_base_ms * 2^attempts (at most updater.retry_max_ms) before it is tried again,
+--   forever, as a Kafka partition blocks (an operator can move the message to the dead letter
+--   table: api.profile_inbox_dead_letter); dead_letter: the message that raised it goes to the
+--   dead letter table (api.profile_apply_batch's safe mode) and the lane goes on. The class is
+--   only looked up in the exception handlers: the usual step pays nothing for it. An error that
+--   aborts the whole step (the database going away, a statement timeout, a cancel, which PL/pgSQL
+--   does not catch) rolls the step back: the worker tries again after a pause.
 -- * Throttling: while the high stream's backlog is above updater.lag_barrier (and
 --   updater.throttle_enabled), api.profile_updater_status reports the low stream throttled with a
 --   wait of updater.wait_time_ms per message; workers of the low stream then apply one message per
@@ -165,7 +173,9 @@ COMMENT ON FUNCTION profile_private.inbox_take(smallint, integer[], integer) IS
 
 -- The whole step is applied at once first; only when an unexpected error interrupts it is it
 -- redone lane by lane, and a failing lane message by message, so the usual step costs one apply
--- and a failure costs only its own lane. The lane rows are locked SKIP LOCKED, so workers never
+-- and a failure costs only its own lane. A message whose error is deterministic is dead-lettered
+-- where it fails and the lane's later messages are still applied in this step, one by one (the
+-- lane has shown it holds a bad message; one subtransaction each keeps any further one to itself). The lane rows are locked SKIP LOCKED, so workers never
 -- wait for each other and never share a lane.
 CREATE FUNCTION api.profile_inbox_process(
     p_priority text DEFAULT 'high',
@@ -203,6 +213,9 @@ DECLARE
     v_r_ops     text[];
     v_state     text;
     v_msg       text;
+    v_detail    text;
+    v_ctx       text;
+    v_m         jsonb;
     v_t0        timestamptz;
 BEGIN
     IF v_prio IS NULL THEN
@@ -279,7 +292,22 @@ BEGIN
                             v_status := v_status || v_r_status; v_ops := v_ops || v_r_ops;
                             v_done := v_done || v_l_ids[v_i];
                         EXCEPTION WHEN OTHERS THEN
-                            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
+                            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
+                                                    v_detail = PG_EXCEPTION_DETAIL, v_ctx = PG_EXCEPTION_CONTEXT;
+                            IF api.error_class(v_state) = 'deterministic' THEN
+                                -- It would fail again: set it aside as api.profile_apply_batch's
+                                -- safe mode does, and go on with the lane.
+                                v_m := v_l_msgs -> (v_i - 1);
+                                PERFORM profile_private.dead_letter_add(v_m, v_state,
+                                    v_msg || coalesce(nullif(': ' || v_detail, ': '), ''), v_ctx);
+                                v_status := v_status || 'dead_letter'::text;
+                                v_ops := v_ops || coalesce(CASE WHEN jsonb_typeof(v_m) <> 'object' THEN NULL
+                                                                WHEN coalesce(v_m -> '_operation', 'null') = 'null' THEN '_set'
+                                                                WHEN jsonb_typeof(v_m -> '_operation') = 'string' THEN v_m ->> '_operation' END,
+                                                           'invalid');
+                                v_done := v_done || v_l_ids[v_i];
+                                CONTINUE;
+                            END IF;
                             PERFORM profile_private.inbox_lane_failed(v_prio, v_lane, v_state,
                                 format('inbox message %s: %s', v_l_ids[v_i], v_msg));
                             v_failed := v_failed || v_lane;
@@ -312,4 +340,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.profile_inbox_process(text, integer) IS
-    'One step of an asynchronous updater worker, in the caller''s transaction (READ COMMITTED). p_priority (default high): the stream, high or low. p_max_updates (default NULL: updater.batch_size, 500 when unset): at most this many messages. Claims up to updater.lanes_per_step ready lanes of the stream that hold messages (never more than p_max_updates), oldest first, skipping lanes another step holds and lanes waiting for a retry; applies their oldest messages in id order, p_max_updates shared evenly among the lanes, and deletes them from profile.inbox. Rejected messages go to profile.dead_letters as in api.profile_apply_batch. An unexpected error follows updater.unexpected_errors: retry (default) applies what precedes the failing message in its lane and blocks the lane with back-off (profile.inbox_lanes); dead_letter dead-letters the message that raised it. Returns one row: taken (messages applied and removed), ok, noop, dead_letter (counts by status), operations (a JSON object: count per _operation, one of the 21 operations or invalid for any other value), lanes (claimed), failed_lanes (blocked by this step), error (the first unexpected error, NULL when none), apply_ms (milliseconds spent applying), more (there may be more: call again at once). Publishes what applying the updates publishes: profile changes and dead letters. Raises SLINV when p_priority is not high or low, p_max_updates is below 1, or the transaction is not READ COMMITTED.';
+    'One step of an asynchronous updater worker, in the caller''s transaction (READ COMMITTED). p_priority (default high): the stream, high or low. p_max_updates (default NULL: updater.batch_size, 500 when unset): at most this many messages. Claims up to updater.lanes_per_step ready lanes of the stream that hold messages (never more than p_max_updates), oldest first, skipping lanes another step holds and lanes waiting for a retry; applies their oldest messages in id order, p_max_updates shared evenly among the lanes, and deletes them from profile.inbox. Rejected messages go to profile.dead_letters as in api.profile_apply_batch. An unexpected error is classified by api.error_class: a deterministic one (such as 22xxx, 23xxx, 54xxx, P0001) sends the message that raised it to profile.dead_letters with its SQLSTATE, message (and detail) as the reason and the error context, and its lane goes on, in both modes; a transient one (such as 08xxx, 40001, 40P01, 53xxx, 55P03, 58xxx) follows updater.unexpected_errors: retry (default) applies what precedes the failing message in its lane and blocks the lane with back-off (profile.inbox_lanes); dead_letter dead-letters the message that raised it. Returns one row: taken (messages applied and removed), ok, noop, dead_letter (counts by status), operations (a JSON object: count per _operation, one of the 21 operations or invalid for any other value), lanes (claimed), failed_lanes (blocked by this step), error (the first unexpected error that blocked a lane, NULL when none; a dead-lettered one is counted in dead_letter), apply_ms (milliseconds spent applying), more (there may be more: call again at once). Publishes what applying the updates publishes: profile changes and dead letters. Raises SLINV when p_priority is not high or low, p_max_updates is below 1, or the transaction is not READ COMMITTED.';

@@ -1,8 +1,8 @@
 -- Profile store, asynchronous updater, the operators' side (the message path and the updater's
 -- rules are in sql/profile/11_updater.sql): the state of the streams (api.profile_updater_status:
 -- the backlog that scaling reads, the throttle the workers obey), the lanes blocked after
--- unexpected errors (api.profile_inbox_blocked_lanes) and how to unblock one
--- (api.profile_inbox_dead_letter).
+-- transient errors (api.profile_inbox_blocked_lanes: a deterministic error, by api.error_class,
+-- dead-letters its message instead) and how to unblock one (api.profile_inbox_dead_letter).
 -- The updater.* settings are checked by a trigger of silo.settings when a DBA writes them, not when
 -- a worker reads them, so a bad value is refused at once instead of failing every step; a new
 -- updater.lanes re-lanes the waiting messages in the same transaction, so every _id keeps one lane
@@ -42,7 +42,7 @@ LEFT JOIN LATERAL (
 WHERE l.attempts > 0
 ORDER BY l.priority, l.lane;
 COMMENT ON VIEW api.profile_inbox_blocked_lanes IS
-    'Inbox lanes waiting after an unexpected error (updater.unexpected_errors retry): priority (high, low), lane, attempts, retry_at, last_failed, last_sqlstate, last_error, the message the lane waits at (message_id, correlation_id, message, accepted) and waiting (how many messages wait in the lane). api.profile_inbox_dead_letter(message_id) moves that message to the dead letter table.';
+    'Inbox lanes waiting after a transient unexpected error (api.error_class; with updater.unexpected_errors retry, the default): priority (high, low), lane, attempts, retry_at, last_failed, last_sqlstate, last_error, the message the lane waits at (message_id, correlation_id, message, accepted) and waiting (how many messages wait in the lane). api.profile_inbox_dead_letter(message_id) moves that message to the dead letter table.';
 
 -- It locks the lane's row as a step does, so it waits for a step that holds the lane and never
 -- races a worker; the message is deleted after the lock, so one that step applied is not found.
