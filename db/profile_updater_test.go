@@ -132,7 +132,7 @@ func poison(t *testing.T, tx pgx.Tx) {
 	_, err := tx.Exec(context.Background(), `
 		CREATE FUNCTION pg_temp.poison() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF NEW.correlation_id = 'poison' THEN RAISE EXCEPTION 'disk on fire'; END IF;
+			IF NEW.correlation_id = 'poison' THEN RAISE EXCEPTION 'disk on fire' USING ERRCODE = 'io_error'; END IF;
 			RETURN NEW;
 		END $$;
 		CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON profile.profilestore
@@ -163,7 +163,7 @@ func TestProfileInboxRetryModeBlocksTheLane(t *testing.T) {
 		WHERE priority = 0 AND retry_at > clock_timestamp()`).Scan(&attempts, &lastErr, &state))
 	require.Equal(t, 1, attempts)
 	require.Contains(t, lastErr, "disk on fire")
-	require.Equal(t, "P0001", state)
+	require.Equal(t, "58030", state)
 
 	// While it waits, the lane is not claimed.
 	res, err = q.ProfileInboxProcess(ctx, db.ProfileInboxProcessParams{Priority: "high"})
@@ -232,7 +232,7 @@ func TestProfileInboxDeadLetterMode(t *testing.T) {
 	type dl struct{ ID, State, Reason string }
 	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[dl])
 	require.NoError(t, err)
-	require.Equal(t, []dl{{"poison", "P0001", "disk on fire"}, {"poison", "P0001", "disk on fire"}}, got)
+	require.Equal(t, []dl{{"poison", "58030", "disk on fire"}, {"poison", "58030", "disk on fire"}}, got)
 }
 
 func TestProfileInboxThrottleStatusFollowsSettings(t *testing.T) {
@@ -417,7 +417,7 @@ func TestProfileInboxDeadLetterUnblocksTheLane(t *testing.T) {
 	_, err := tx.Exec(ctx, `
 		CREATE FUNCTION pg_temp.boom() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF NEW.value::text LIKE '%boom%' THEN RAISE EXCEPTION 'cannot store boom'; END IF;
+			IF NEW.value::text LIKE '%boom%' THEN RAISE EXCEPTION 'cannot store boom' USING ERRCODE = 'io_error'; END IF;
 			RETURN NEW;
 		END $$;
 		CREATE TRIGGER boom BEFORE INSERT OR UPDATE ON profile.profilestore

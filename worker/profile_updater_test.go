@@ -246,7 +246,7 @@ func TestUpdaterRetriesABlockedLane(t *testing.T) {
 	_, err := pool.Exec(ctx, `
 		CREATE FUNCTION public.poison() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF NEW.correlation_id = 'poison' THEN RAISE EXCEPTION 'disk on fire'; END IF;
+			IF NEW.correlation_id = 'poison' THEN RAISE EXCEPTION 'disk on fire' USING ERRCODE = 'io_error'; END IF;
 			RETURN NEW;
 		END $$;
 		CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON profile.profilestore
@@ -262,7 +262,7 @@ func TestUpdaterRetriesABlockedLane(t *testing.T) {
 	require.Eventually(t, func() bool {
 		lanes, err := q.ProfileInboxBlockedLanes(ctx)
 		return err == nil && len(lanes) == 1 && lanes[0].Attempts >= 3 && lanes[0].CorrelationID == "poison" &&
-			strings.Contains(*lanes[0].LastError, "disk on fire") && *lanes[0].LastSQLState == "P0001"
+			strings.Contains(*lanes[0].LastError, "disk on fire") && *lanes[0].LastSQLState == "58030"
 	}, 30*time.Second, 20*time.Millisecond, "the poisoned lane waits and retries")
 	lanes, err := q.ProfileInboxBlockedLanes(ctx)
 	require.NoError(t, err)
