@@ -204,11 +204,16 @@ func rebuildAPI(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error
 	})
 }
 
-// Open connects a pool to the database at url and checks it answers.
-func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// Open connects a pool to the database at url and checks it answers. Each of configure, in
+// order, adjusts the pool's configuration parsed from url (size, connection names) before the
+// pool is made.
+func Open(ctx context.Context, url string, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("error parsing database URL: %w", err)
+	}
+	for _, c := range configure {
+		c(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -30,7 +30,17 @@ type config struct {
 	reaperBudget        time.Duration
 	updaterWorkers      int
 	metricsAddr         string
+	dbMaxConns          int32  // 0: pool_max_conns of DATABASE_URL, else pgxpool's default
+	appName             string // application_name of the pool's connections: "silo <command>"
 }
+
+// maxDBMaxConns bounds SILO_DB_MAX_CONNS: more is a typing mistake (PostgreSQL's own
+// max_connections rarely goes past a few thousand).
+const maxDBMaxConns = 10000
+
+// minDBMaxConns is the smallest pool that works: migrating holds one connection for goose's
+// session lock while River's migration runs on another, so a pool of one waits forever.
+const minDBMaxConns = 2
 
 func loadConfig() (config, error) {
 	cfg := config{
@@ -69,6 +79,13 @@ func loadConfig() (config, error) {
 			return cfg, fmt.Errorf("SILO_UPDATER_WORKERS: not a number from 0 to 256: %q", v)
 		}
 		cfg.updaterWorkers = n
+	}
+	if v := os.Getenv("SILO_DB_MAX_CONNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < minDBMaxConns || n > maxDBMaxConns {
+			return cfg, fmt.Errorf("SILO_DB_MAX_CONNS: not a number from %d to %d: %q", minDBMaxConns, maxDBMaxConns, v)
+		}
+		cfg.dbMaxConns = int32(n)
 	}
 	if v := os.Getenv("SILO_REAPER_BUDGET"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -118,16 +135,17 @@ const connectTimeout = 20 * time.Second
 
 // openDatabase opens the pool on url and checks that the server answers. fromEnv: url is
 // DATABASE_URL, which the errors then name.
-func openDatabase(ctx context.Context, url string, fromEnv bool) (*pgxpool.Pool, error) {
+// The pool's size and connection names come from cfg (poolSettings).
+func openDatabase(ctx context.Context, cfg config, url string, fromEnv bool) (*pgxpool.Pool, error) {
 	if !fromEnv {
-		return db.Open(ctx, url)
+		return db.Open(ctx, url, cfg.poolSettings)
 	}
 	if _, err := pgxpool.ParseConfig(url); err != nil {
 		return nil, fmt.Errorf("DATABASE_URL is not a valid PostgreSQL connection string: %s", parseReason(err))
 	}
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	pool, err := db.Open(cctx, url)
+	pool, err := db.Open(cctx, url, cfg.poolSettings)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -142,6 +160,25 @@ func openDatabase(ctx context.Context, url string, fromEnv bool) (*pgxpool.Pool,
 		return nil, fmt.Errorf("DATABASE_URL: cannot connect to PostgreSQL: %w", err)
 	}
 	return pool, nil
+}
+
+// poolSettings applies the settings to the pool's configuration parsed from the database URL:
+//   - SILO_DB_MAX_CONNS, when set, is the pool's size, over a pool_max_conns in DATABASE_URL;
+//     unset, pool_max_conns applies, else pgxpool's default (4 or the number of CPUs, whichever
+//     is larger).
+//   - application_name "silo <command>" names the pool's connections in pg_stat_activity, unless
+//     the URL (or PGAPPNAME) names them already. The connections Silo opens beside the pool
+//     start from the pool's configuration: the change listener renames its own.
+func (c config) poolSettings(pc *pgxpool.Config) {
+	if c.dbMaxConns > 0 {
+		pc.MaxConns = c.dbMaxConns
+		if pc.MinConns > pc.MaxConns {
+			pc.MinConns = pc.MaxConns
+		}
+	}
+	if _, named := pc.ConnConfig.RuntimeParams["application_name"]; !named && c.appName != "" {
+		pc.ConnConfig.RuntimeParams["application_name"] = c.appName
+	}
 }
 
 // parseReason is why a connection string did not parse. pgx masks the password in the string it

@@ -121,7 +121,7 @@ func dispatch(args []string, stdout io.Writer) error {
 		if _, help, err := parse(cmd, rest, stdout, false); help || err != nil {
 			return err
 		}
-		return withEnv(func(ctx context.Context, cfg config, logger *slog.Logger) error {
+		return withEnv(cmd, func(ctx context.Context, cfg config, logger *slog.Logger) error {
 			switch cmd {
 			case cmdUp:
 				return cmdRun(ctx, cfg, logger, true, true)
@@ -142,7 +142,7 @@ func dispatch(args []string, stdout io.Writer) error {
 			fmt.Fprint(stdout, cmd.usage())
 			return nil
 		}
-		return withEnv(func(ctx context.Context, cfg config, logger *slog.Logger) error {
+		return withEnv(cmd, func(ctx context.Context, cfg config, logger *slog.Logger) error {
 			return cmdPsqlRun(ctx, cfg, logger, psqlArgs)
 		})
 	case cmdTempDB:
@@ -153,7 +153,7 @@ func dispatch(args []string, stdout io.Writer) error {
 		if fs.NArg() == 0 {
 			return &usageError{cmd: cmd, msg: "tempdb needs a command to run"}
 		}
-		return withEnv(func(ctx context.Context, _ config, logger *slog.Logger) error {
+		return withEnv(cmd, func(ctx context.Context, _ config, logger *slog.Logger) error {
 			return cmdTempDBRun(ctx, logger, fs.Args())
 		})
 	}
@@ -177,13 +177,14 @@ func parse(cmd *command, args []string, stdout io.Writer, positional bool) (fs *
 	return fs, false, nil
 }
 
-// withEnv reads the configuration, sets the logger up and runs fn until SIGINT, SIGTERM or
-// SIGHUP cancels its context.
-func withEnv(fn func(ctx context.Context, cfg config, logger *slog.Logger) error) error {
+// withEnv reads the configuration of command cmd (its connections are named after it), sets the
+// logger up and runs fn until SIGINT, SIGTERM or SIGHUP cancels its context.
+func withEnv(cmd *command, fn func(ctx context.Context, cfg config, logger *slog.Logger) error) error {
 	cfg, err := loadConfig()
 	if err != nil {
 		return err
 	}
+	cfg.appName = "silo " + cmd.name
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -253,7 +254,7 @@ func withDatabase(ctx context.Context, cfg config, logger *slog.Logger, server b
 		}()
 		url = cluster.URL("postgres")
 	}
-	pool, err := openDatabase(ctx, url, cfg.databaseURL != "")
+	pool, err := openDatabase(ctx, cfg, url, cfg.databaseURL != "")
 	if err != nil {
 		return err
 	}
@@ -282,7 +283,7 @@ func cmdTokenRun(args []string, stdout io.Writer) error {
 	if name == "" {
 		return &usageError{cmd: cmd, msg: "--name is required"}
 	}
-	return withEnv(func(ctx context.Context, cfg config, logger *slog.Logger) error {
+	return withEnv(cmd, func(ctx context.Context, cfg config, logger *slog.Logger) error {
 		return withDatabase(ctx, cfg, logger, false, func(pool *pgxpool.Pool, _ string) error {
 			q := db.New(pool)
 			if cmd == cmdTokenRevoke {
