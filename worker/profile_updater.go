@@ -102,6 +102,8 @@ func NewUpdater(pool *pgxpool.Pool, cfg UpdaterConfig) *Updater {
 		pc := pool.Config()
 		pc.MaxConns = int32(len(Priorities)*cfg.Workers + 1)
 		pc.MinConns = 0
+		// Named apart from the process's pool, so a DBA can count them in pg_stat_activity.
+		pc.ConnConfig.RuntimeParams = named(pc.ConnConfig.RuntimeParams, "silo profile updater")
 		if own, err := pgxpool.NewWithConfig(context.Background(), pc); err == nil {
 			u.pool = own
 		} else {
@@ -301,7 +303,9 @@ func (u *Updater) listen(ctx context.Context) {
 }
 
 func (u *Updater) listenOnce(ctx context.Context) (listening bool, err error) {
-	conn, err := pgx.ConnectConfig(ctx, u.pool.Config().ConnConfig)
+	cc := u.pool.Config().ConnConfig
+	cc.RuntimeParams = named(cc.RuntimeParams, "silo profile updater listener")
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return false, err
 	}
@@ -403,4 +407,13 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(ageDesc, prometheus.GaugeValue, r.OldestAgeSeconds, r.Priority)
 		ch <- prometheus.MustNewConstMetric(blockedDesc, prometheus.GaugeValue, float64(r.BlockedLanes), r.Priority)
 	}
+}
+
+// named returns the runtime parameters params (a copy of a pool's) with application_name set.
+func named(params map[string]string, name string) map[string]string {
+	if params == nil {
+		params = map[string]string{}
+	}
+	params["application_name"] = name
+	return params
 }

@@ -422,3 +422,25 @@ func TestUpdaterLargeArraysAndLongRunningSteps(t *testing.T) {
 	require.Contains(t, m, `silo_profile_update_apply_seconds{operation="_array_put"}_count 1`)
 	require.Contains(t, m, `silo_profile_updater_updates_total{priority="high",status="ok"} 5`)
 }
+
+// The updater's connections are named apart from the process's pool, so a DBA can count them.
+func TestUpdaterConnectionsAreNamed(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	startUpdater(t, pool, UpdaterConfig{Workers: 1})
+	var dbname string
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&dbname))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var names []string
+		require.NoError(t, pool.QueryRow(context.Background(), `
+			SELECT coalesce(array_agg(DISTINCT application_name ORDER BY application_name), '{}')
+			FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE 'silo profile updater%'`, dbname).Scan(&names))
+		if len(names) == 2 {
+			require.Equal(t, []string{"silo profile updater", "silo profile updater listener"}, names)
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "named connections seen: %v", names)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
