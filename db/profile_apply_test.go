@@ -426,14 +426,25 @@ func nilIfEmpty(rs []grainRow) []grainRow {
 	return rs
 }
 
-// A missing _in is the time of the transaction, in epoch milliseconds.
+// A missing _in is the time the batch is applied (not the transaction's start), in epoch milliseconds.
 func TestProfileApplyDefaultInsertionTime(t *testing.T) {
 	t.Parallel()
 	e := newApplyEnv(t)
+	clock := func() int64 {
+		var ms int64
+		require.NoError(t, e.tx.QueryRow(e.ctx, `SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`).Scan(&ms))
+		return ms
+	}
+	// The time the batch is applied, not the transaction's start.
+	time.Sleep(20 * time.Millisecond)
+	before := clock()
 	require.Equal(t, "ok", e.one(m("_set", `"x"`)).Status)
-	var now int64
-	require.NoError(t, e.tx.QueryRow(e.ctx, `SELECT floor(extract(epoch FROM now()) * 1000)::bigint`).Scan(&now))
-	require.Equal(t, []grainRow{gr("/g", `"x"`, now)}, e.grains("$A"))
+	after := clock()
+	got := e.grains("$A")
+	require.Len(t, got, 1)
+	require.GreaterOrEqual(t, got[0].In, before)
+	require.LessOrEqual(t, got[0].In, after)
+	require.Equal(t, []grainRow{gr("/g", `"x"`, got[0].In)}, got)
 }
 
 // The counter of an _inc: whole numbers are recognised without the regular expression, and every
@@ -1131,7 +1142,9 @@ func (e *applyEnv) applyRolledBack(batch json.RawMessage, names []string) ([]db.
 	return rows, state
 }
 
-// state is every row of the profiles, as text.
+// state is every row of the profiles, as text. Times that come from the default _in (the moment a
+// call applies its batch, so they differ between a batch and the same updates one call each) read
+// "now": insertion times, history pits and due times of the last day.
 func (e *applyEnv) state(tx pgx.Tx, names []string) string {
 	ids := make([]string, len(names))
 	for i, n := range names {
@@ -1139,10 +1152,20 @@ func (e *applyEnv) state(tx pgx.Tx, names []string) string {
 	}
 	var s string
 	require.NoError(e.t, tx.QueryRow(e.ctx, `
-		SELECT coalesce(string_agg(format('%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s', correlation_id, profile_type,
-		       path, pit, value, certainty, grain_type, inserted, ttl, reader, origin, ttn, expires_at, notify_at), E'\n'
-		       ORDER BY correlation_id COLLATE "C", profile_type COLLATE "C", path COLLATE "C", pit COLLATE "C"), '')
-		FROM profile.profilestore WHERE correlation_id = ANY ($1)`, ids).Scan(&s))
+		WITH r AS (
+		    SELECT format('%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s', p.correlation_id, p.profile_type, p.path,
+		                  CASE WHEN p.pit <> '_latest' AND p.pit >= h.pit THEN '_now' ELSE p.pit END,
+		                  p.value, p.certainty, p.grain_type,
+		                  CASE WHEN p.inserted >= h.ms THEN 'now' ELSE p.inserted::text END,
+		                  p.ttl, p.reader, p.origin, p.ttn,
+		                  CASE WHEN p.expires_at >= h.at THEN 'now+' ELSE p.expires_at::text END,
+		                  CASE WHEN p.notify_at >= h.at THEN 'now+' ELSE p.notify_at::text END) AS line
+		    FROM profile.profilestore p,
+		         (SELECT now() - interval '1 day' AS at,
+		                 floor(extract(epoch FROM now() - interval '1 day') * 1000)::bigint AS ms,
+		                 '_' || to_char((now() - interval '1 day') AT TIME ZONE 'UTC', 'YYYYMMDD') AS pit) h
+		    WHERE p.correlation_id = ANY ($1))
+		SELECT coalesce(string_agg(r.line, E'\n' ORDER BY r.line COLLATE "C"), '') FROM r`, ids).Scan(&s))
 	return s
 }
 

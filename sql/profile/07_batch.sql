@@ -103,7 +103,11 @@ LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_now       bigint := floor(extract(epoch FROM now()) * 1000)::bigint;
+    -- The default _in: the time the batch is applied, not the transaction's start. A transaction
+    -- that began before another one's write of the same grain committed, and writes after it
+    -- (an updater step that found the lane locked, then took it), must not give the later value
+    -- the earlier time: history would list it as older than the value it replaced.
+    v_now       bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
     v_updates   profile_private.validated_update[];
     v_rows      profile_private.validated_update[];
     v_links     boolean;

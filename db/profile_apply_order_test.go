@@ -1,0 +1,49 @@
+package db_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/silo-db/silo/db/dbtest"
+)
+
+// History follows apply order: a transaction that began before another one's write of a grain
+// committed, and writes the grain after it, gives its value a later insertion time, so the value
+// it replaces is archived as the older one.
+func TestProfileApplyLaterWriteGetsLaterTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	late, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer late.Rollback(ctx)
+	// The late transaction starts first: its now() is fixed from here.
+	_, err = late.Exec(ctx, `SELECT now()`)
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	_, err = pool.Exec(ctx, `SELECT api.profile_apply('{"_id": "order", "_path": ["g"], "_operation": "_set_with_history", "_value": {"_v": "first"}}')`)
+	require.NoError(t, err)
+	_, err = late.Exec(ctx, `SELECT api.profile_apply('{"_id": "order", "_path": ["g"], "_operation": "_set_with_history", "_value": {"_v": "second"}}')`)
+	require.NoError(t, err)
+	require.NoError(t, late.Commit(ctx))
+
+	rows, err := pool.Query(ctx, `SELECT value #>> '{}', pit, inserted FROM profile.profilestore
+		WHERE correlation_id = 'order' ORDER BY inserted`)
+	require.NoError(t, err)
+	type pit struct {
+		Value, Pit string
+		Inserted   int64
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[pit])
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, "first", got[0].Value, "the value written first is the older one")
+	require.NotEqual(t, "_latest", got[0].Pit)
+	require.Equal(t, "second", got[1].Value)
+	require.Equal(t, "_latest", got[1].Pit)
+	require.Greater(t, got[1].Inserted, got[0].Inserted)
+}
