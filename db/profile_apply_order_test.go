@@ -47,3 +47,44 @@ func TestProfileApplyLaterWriteGetsLaterTime(t *testing.T) {
 	require.Equal(t, "_latest", got[1].Pit)
 	require.Greater(t, got[1].Inserted, got[0].Inserted)
 }
+
+// The asynchronous updater's case: a step whose transaction began before the previous step on the
+// same lane committed applies the later update with a later time.
+func TestProfileInboxLaterStepGetsLaterTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	enqueue := func(v string) {
+		_, err := pool.Exec(ctx, `SELECT * FROM api.profile_enqueue(jsonb_build_object(
+			'_id', 'lane-order', '_path', '["g"]'::jsonb, '_operation', '_set_with_history',
+			'_value', jsonb_build_object('_v', $1::text)))`, v)
+		require.NoError(t, err)
+	}
+	step := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) {
+		var taken int
+		require.NoError(t, q.QueryRow(ctx, `SELECT taken FROM api.profile_inbox_process('high')`).Scan(&taken))
+		require.Equal(t, 1, taken)
+	}
+	enqueue("first")
+	late, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer late.Rollback(ctx)
+	_, err = late.Exec(ctx, `SELECT now()`) // the late step's transaction begins here
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	step(pool) // the first step applies "first" and commits
+	enqueue("second")
+	step(late) // then the step that began earlier takes the lane and applies "second"
+	require.NoError(t, late.Commit(ctx))
+
+	var order []string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT array_agg(value #>> '{}' ORDER BY inserted, pit = '_latest')
+		FROM profile.profilestore WHERE correlation_id = 'lane-order'`).Scan(&order))
+	require.Equal(t, []string{"first", "second"}, order)
+	var latest string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT value #>> '{}' FROM profile.profilestore
+		WHERE correlation_id = 'lane-order' AND pit = '_latest'`).Scan(&latest))
+	require.Equal(t, "second", latest)
+}
