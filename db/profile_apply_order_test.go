@@ -88,3 +88,60 @@ func TestProfileInboxLaterStepGetsLaterTime(t *testing.T) {
 		WHERE correlation_id = 'lane-order' AND pit = '_latest'`).Scan(&latest))
 	require.Equal(t, "second", latest)
 }
+
+// A writer that read the clock, then waited for another writer's lock on the grain, does not give
+// its value an earlier time than the value it waited for.
+func TestProfileApplyAfterALockWaitGetsLaterTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	_, err := pool.Exec(ctx, `SELECT api.profile_apply('{"_id": "wait", "_path": ["g"], "_value": {"_v": "zero", "_in": 1000}}')`)
+	require.NoError(t, err)
+
+	first, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer first.Rollback(ctx)
+	_, err = first.Exec(ctx, `SELECT 1 FROM profile.profilestore WHERE correlation_id = 'wait' FOR UPDATE`)
+	require.NoError(t, err)
+
+	// The second writer reads the clock, then waits for the first one's lock.
+	second, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer second.Release()
+	var pid int
+	require.NoError(t, second.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	done := make(chan error, 1)
+	go func() {
+		_, err := second.Exec(ctx, `SELECT api.profile_apply('{"_id": "wait", "_path": ["g"], "_operation": "_set_with_history", "_value": {"_v": "second"}}')`)
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
+		if waiting {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the second writer did not wait for the lock")
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	_, err = first.Exec(ctx, `SELECT api.profile_apply('{"_id": "wait", "_path": ["g"], "_operation": "_set_with_history", "_value": {"_v": "first"}}')`)
+	require.NoError(t, err)
+	require.NoError(t, first.Commit(ctx))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second writer did not finish")
+	}
+
+	var latest string
+	var latestIn, firstIn int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT value #>> '{}', inserted FROM profile.profilestore
+		WHERE correlation_id = 'wait' AND pit = '_latest'`).Scan(&latest, &latestIn))
+	require.Equal(t, "second", latest)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT inserted FROM profile.profilestore
+		WHERE correlation_id = 'wait' AND value #>> '{}' = 'first'`).Scan(&firstIn))
+	require.GreaterOrEqual(t, latestIn, firstIn, "the value written last is not older than the one it replaced")
+}

@@ -39,7 +39,7 @@
 --   numeric string, a whole number, or an ISO 8601 date or date-time: a date alone is midnight
 --   UTC, a date-time without offset is UTC, fractions below the millisecond are cut; at most
 --   9999-12-31; default the time the batch is applied, clock_timestamp(), not the transaction's
---   start); _ttl and _ttn (strict ISO 8601 durations such as P3M, P1W, PT1.5S
+--   start, and never earlier than the _latest value it replaces); _ttl and _ttn (strict ISO 8601 durations such as P3M, P1W, PT1.5S
 --   or P1Y2M3DT4H5M6S, at most 64 characters and about 31,000 years, default P100Y); _origin (a
 --   string or null); _reader (a non-empty string, default _auth). _origin, _reader and the pits
 --   listed by _delete, _set_ttl and _set_ttn have no length limit: none is part of a key or of an

@@ -78,7 +78,7 @@ COMMENT ON FUNCTION profile_private.history_retry(profile.profilestore[]) IS
 -- writes from its RETURNING rows (change_private.publish_grains), which costs less than the
 -- triggers' transition tables.
 CREATE FUNCTION profile_private.apply_direct(p_round profile_private.validated_update[], p_ok boolean,
-                                             p_direct bigint, p_history boolean)
+                                             p_direct bigint, p_history boolean, p_now bigint DEFAULT NULL)
 RETURNS profile_private.apply_result[]
 LANGUAGE plpgsql VOLATILE
 SET silo.change_triggers = off
@@ -132,13 +132,17 @@ BEGIN
                     END,
             -- _set and _set_with_history replace the metadata; counters and arrays keep theirs.
             certainty = CASE WHEN u.repl THEN u.certainty ELSE p.certainty END,
-            inserted = u.inserted,
+            -- A default _in (p_now) never goes back before the value it replaces: a transaction that
+            -- read the clock, then waited for this row's lock, writes after the value it waited for.
+            inserted = greatest(u.inserted, CASE WHEN u.inserted = p_now THEN p.inserted END),
             ttl = CASE WHEN u.repl THEN u.ttl ELSE p.ttl END,
             reader = CASE WHEN u.repl THEN u.reader ELSE p.reader END,
             origin = CASE WHEN u.repl THEN u.origin ELSE p.origin END,
             ttn = CASE WHEN u.repl THEN u.ttn ELSE p.ttn END,
-            expires_at = profile_private.expiry(u.inserted, CASE WHEN u.repl THEN u.ttl ELSE p.ttl END),
-            notify_at = profile_private.expiry(u.inserted, CASE WHEN u.repl THEN u.ttn ELSE p.ttn END)
+            expires_at = profile_private.expiry(greatest(u.inserted, CASE WHEN u.inserted = p_now THEN p.inserted END),
+                                                CASE WHEN u.repl THEN u.ttl ELSE p.ttl END),
+            notify_at = profile_private.expiry(greatest(u.inserted, CASE WHEN u.inserted = p_now THEN p.inserted END),
+                                               CASE WHEN u.repl THEN u.ttn ELSE p.ttn END)
         FROM (
             -- repl: the update replaces the metadata (_set, _set_with_history); counters and arrays
             -- keep theirs.
@@ -257,5 +261,5 @@ BEGIN
     RETURN v_res;
 END
 $$;
-COMMENT ON FUNCTION profile_private.apply_direct(profile_private.validated_update[], boolean, bigint, boolean) IS
-    'Applies the direct updates (profile_private.op_direct) of one round by one statement and returns their results. p_round: validated updates of distinct grains whose targets are resolved (its other updates are left to profile_private.apply_general); p_ok: return every result (true) or only those that are not ok (false; NULL or empty when there are none); p_direct: how many direct updates p_round holds (the upsert runs only when the UPDATE wrote fewer); p_history: whether one of them archives (the history lock runs only then). Locks the old _latest values that go to history and archives them (1 ms later when the pit is taken: profile_private.history_retry), updates the existing _latest values of the same grain type, upserts the others. An update whose grain already has another grain type writes nothing and comes back as a dead_letter result with SPTYP and no dead letter id (the caller records it); every other result is ok. Records the grains written for change notifications (change_private.publish_grains, kind changed). Raises nothing of its own.';
+COMMENT ON FUNCTION profile_private.apply_direct(profile_private.validated_update[], boolean, bigint, boolean, bigint) IS
+    'Applies the direct updates (profile_private.op_direct) of one round by one statement and returns their results. p_round: validated updates of distinct grains whose targets are resolved (its other updates are left to profile_private.apply_general); p_ok: return every result (true) or only those that are not ok (false; NULL or empty when there are none); p_direct: how many direct updates p_round holds (the upsert runs only when the UPDATE wrote fewer); p_history: whether one of them archives (the history lock runs only then). Locks the old _latest values that go to history and archives them (1 ms later when the pit is taken: profile_private.history_retry), updates the existing _latest values of the same grain type, upserts the others. An update whose grain already has another grain type writes nothing and comes back as a dead_letter result with SPTYP and no dead letter id (the caller records it); every other result is ok. Records the grains written for change notifications (change_private.publish_grains, kind changed). Raises nothing of its own. p_now (default NULL): the batch''s default _in (epoch ms); an update whose _in is that default never gets an earlier time than the _latest value it rewrites.';

@@ -20,7 +20,8 @@
 -- writes and deletes from its RETURNING rows (change_private.publish_grains), which costs less than
 -- the triggers' transition tables. Type clashes and taken history pits are rare, so they are dealt
 -- with after the statement, by statements of their own.
-CREATE FUNCTION profile_private.apply_general(p_round profile_private.validated_update[], p_ok boolean)
+CREATE FUNCTION profile_private.apply_general(p_round profile_private.validated_update[], p_ok boolean,
+                                              p_now bigint DEFAULT NULL)
 RETURNS profile_private.apply_result[]
 LANGUAGE plpgsql VOLATILE
 SET silo.change_triggers = off
@@ -37,8 +38,11 @@ BEGIN
         -- durations, whose status follows from what they match), decision the full
         -- {status, sqlstate, reason, context}. Array operations on an existing value keep its
         -- metadata (the w_ columns are what is written).
+        -- A default _in (p_now) never goes back before the _latest value it replaces (read and locked
+        -- below, after any wait for a concurrent writer).
         SELECT y.ord, y.operation, y.decision[1] AS st, y.hist, y.o_tid, y.target, y.profile_type, y.path, y.grain_type,
-               y.inserted, y.newval, y.pits, y.dur, y.decision,
+               greatest(y.inserted, CASE WHEN y.inserted = p_now THEN y.o_inserted END) AS inserted,
+               y.newval, y.pits, y.dur, y.decision,
                CASE WHEN y.keep THEN y.o_certainty ELSE y.certainty END AS w_certainty,
                CASE WHEN y.keep THEN y.o_ttl ELSE y.ttl END AS w_ttl,
                CASE WHEN y.keep THEN y.o_reader ELSE y.reader END AS w_reader,
@@ -277,5 +281,5 @@ BEGIN
     RETURN v_res;
 END
 $$;
-COMMENT ON FUNCTION profile_private.apply_general(profile_private.validated_update[], boolean) IS
-    'Applies the updates of one round that are not direct (profile_private.op_direct) by one statement and returns their results. p_round: validated updates of distinct grains whose targets are resolved (its direct updates are left to profile_private.apply_direct); p_ok: return every result (true) or only those that are not ok (false). Reads and locks the current _latest values, decides each update, archives old values to history (1 ms later when the pit is taken: profile_private.history_retry), writes the new _latest values, deletes pits and sets durations. Results: ok when the update wrote something, noop when it had nothing to change, each with the reader of the _latest pit read to decide it (NULL when none was read); a grain type mismatch (SPTYP) or a profile link cycle (SPLNK) writes nothing and comes back as a dead_letter result without a dead letter id (the caller records it). Records the grains written and deleted for change notifications (change_private.publish_grains, kinds changed and deleted). Raises nothing of its own.';
+COMMENT ON FUNCTION profile_private.apply_general(profile_private.validated_update[], boolean, bigint) IS
+    'Applies the updates of one round that are not direct (profile_private.op_direct) by one statement and returns their results. p_round: validated updates of distinct grains whose targets are resolved (its direct updates are left to profile_private.apply_direct); p_ok: return every result (true) or only those that are not ok (false). Reads and locks the current _latest values, decides each update, archives old values to history (1 ms later when the pit is taken: profile_private.history_retry), writes the new _latest values, deletes pits and sets durations. Results: ok when the update wrote something, noop when it had nothing to change, each with the reader of the _latest pit read to decide it (NULL when none was read); a grain type mismatch (SPTYP) or a profile link cycle (SPLNK) writes nothing and comes back as a dead_letter result without a dead letter id (the caller records it). Records the grains written and deleted for change notifications (change_private.publish_grains, kinds changed and deleted). Raises nothing of its own. p_now (default NULL): the batch''s default _in (epoch ms); an update whose _in is that default never gets an earlier time than the _latest value it replaces.';

@@ -15,7 +15,8 @@
 -- one, skip the general statement and its fixed cost; the counts come from validation when it made
 -- them, so the round is not read once more.
 CREATE FUNCTION profile_private.apply_round(p_round profile_private.validated_update[], p_ok boolean,
-                                            p_direct bigint DEFAULT NULL, p_history boolean DEFAULT NULL)
+                                            p_direct bigint DEFAULT NULL, p_history boolean DEFAULT NULL,
+                                            p_now bigint DEFAULT NULL)
 RETURNS profile_private.apply_result[]
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -34,16 +35,16 @@ BEGIN
         FROM unnest(p_round) AS u;
     END IF;
     IF v_sent > 0 THEN
-        v_res := profile_private.apply_direct(p_round, p_ok, v_sent, v_history);
+        v_res := profile_private.apply_direct(p_round, p_ok, v_sent, v_history, p_now);
     END IF;
     IF v_sent = cardinality(p_round) THEN
         RETURN v_res;
     END IF;
-    RETURN coalesce(v_res, '{}') || profile_private.apply_general(p_round, p_ok);
+    RETURN coalesce(v_res, '{}') || profile_private.apply_general(p_round, p_ok, p_now);
 END
 $$;
-COMMENT ON FUNCTION profile_private.apply_round(profile_private.validated_update[], boolean, bigint, boolean) IS
-    'Applies one round and returns its results. p_round: validated profile updates of distinct grains whose targets are resolved; the direct operations (profile_private.op_direct) go to profile_private.apply_direct, the others, if any, to profile_private.apply_general. p_ok: return every result (true) or only those that are not ok (false; NULL or empty when there are none). p_direct (default NULL) and p_history (default NULL): how many updates of p_round are direct and whether one of them archives, when the caller knows them; when either is NULL they are counted here. Rejections found while applying (SPTYP, SPLNK) come back as dead_letter results without a dead letter id (the caller records them). Records the grains written and deleted for change notifications (through the two statements). Raises nothing of its own.';
+COMMENT ON FUNCTION profile_private.apply_round(profile_private.validated_update[], boolean, bigint, boolean, bigint) IS
+    'Applies one round and returns its results. p_round: validated profile updates of distinct grains whose targets are resolved; the direct operations (profile_private.op_direct) go to profile_private.apply_direct, the others, if any, to profile_private.apply_general. p_ok: return every result (true) or only those that are not ok (false; NULL or empty when there are none). p_direct (default NULL) and p_history (default NULL): how many updates of p_round are direct and whether one of them archives, when the caller knows them; when either is NULL they are counted here. Rejections found while applying (SPTYP, SPLNK) come back as dead_letter results without a dead letter id (the caller records them). Records the grains written and deleted for change notifications (through the two statements). Raises nothing of its own. p_now (default NULL): the batch''s default _in (epoch ms), passed on to both statements.';
 
 -- A final pass over the results that are not ok, after the dead letters kept their full reasons:
 -- only a noop, a grain type clash (SPTYP) and a profile link cycle (SPLNK) can tell something of
@@ -194,7 +195,7 @@ BEGIN
     IF v_simple THEN
         -- profile_private.validate_plain's counts hold when it validated them all; else the round
         -- counts.
-        v_res := profile_private.apply_round(v_updates, false, CASE WHEN v_rest IS NULL THEN v_direct END, v_history);
+        v_res := profile_private.apply_round(v_updates, false, CASE WHEN v_rest IS NULL THEN v_direct END, v_history, v_now);
     ELSE
         FOR v_seg IN 0 .. v_max_seg LOOP
             IF v_seg % 2 = 0 AND v_seg > 0 THEN
@@ -217,7 +218,8 @@ BEGIN
             FOR v_round IN 1 .. v_max_round LOOP
                 v_res := v_res || profile_private.apply_round(
                     CASE WHEN v_max_round = 1 THEN v_rows
-                         ELSE ARRAY(SELECT u FROM unnest(v_rows) AS u WHERE u.round = v_round) END, true);
+                         ELSE ARRAY(SELECT u FROM unnest(v_rows) AS u WHERE u.round = v_round) END,
+                    true, NULL, NULL, v_now);
             END LOOP;
         END LOOP;
     END IF;
