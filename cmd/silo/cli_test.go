@@ -291,7 +291,7 @@ func TestSharedEmbeddedCluster(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	waitReady := func(p *proc) {
+	waitProc := func(p *proc) {
 		deadline := time.Now().Add(120 * time.Second)
 		for readyz(p) != 200 {
 			select {
@@ -320,9 +320,9 @@ func TestSharedEmbeddedCluster(t *testing.T) {
 	}
 
 	a := start("up")
-	waitReady(a)
+	waitProc(a)
 	b := start("serve")
-	waitReady(b)
+	waitProc(b)
 	before := port()
 	pid, err := postmasterPid(pgDir)
 	require.NoError(t, err)

@@ -29,6 +29,29 @@ func buildSilo(t *testing.T) string {
 	return bin
 }
 
+// waitReady waits until the Silo serving on addr answers /readyz with 200, at most 60 s; exited,
+// when not nil, is closed when the process has exited, which fails the test at once.
+func waitReady(t *testing.T, addr string, exited <-chan struct{}) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("silo on %s exited before it was ready", addr)
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "silo on %s not ready within 60 s", addr)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func freeAddr(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -47,18 +70,7 @@ func TestCommands(t *testing.T) {
 		require.NoError(t, up.Start())
 		defer up.Process.Kill()
 
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			resp, err := http.Get("http://" + addr + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					break
-				}
-			}
-			require.True(t, time.Now().Before(deadline), "silo up not ready")
-			time.Sleep(100 * time.Millisecond)
-		}
+		waitReady(t, addr, nil)
 
 		tok := exec.Command(bin, "token", "create", "--name", "cli", "--write")
 		tok.Env = env

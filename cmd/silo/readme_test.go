@@ -33,7 +33,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -253,23 +252,7 @@ func TestReadme(t *testing.T) {
 			}
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case <-upDone:
-			t.Fatal("silo up exited before it was ready")
-		default:
-		}
-		require.True(t, time.Now().Before(deadline), "silo up not ready within 60 s")
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitReady(t, addr, upDone)
 
 	for i, b := range blocks {
 		code := strings.ReplaceAll(b.code, "localhost:8080", addr)
