@@ -50,6 +50,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/silo-db/silo/change"
+	"github.com/silo-db/silo/db"
 	"github.com/silo-db/silo/server"
 )
 
@@ -618,7 +619,7 @@ func (bn *bench) idleWebsockets(ctx context.Context, rp *report, hub *change.Hub
 	// Still alive: ten of them get a change.
 	for i := range 10 {
 		body := fmt.Sprintf(`{"_id":"c%d","_profile_type":"idle","_path":["v"],"_value":{"_v":"x","_reader":"_all"}}`, i*(idleClients/10))
-		if _, err := bn.q.ProfileApplyBatch(ctx, json.RawMessage(body)); err != nil {
+		if _, err := bn.q.ProfileApplyBatch(ctx, db.ProfileApplyBatchParams{Updates: json.RawMessage(body)}); err != nil {
 			return err
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/silo-db/silo/db"
 )
 
 const (
@@ -200,7 +202,7 @@ func (bn *bench) rawBatch(ctx context.Context, b batch, latestOnly bool) error {
 
 // applyBatch calls api.profile_apply_batch and returns the number of updates not applied.
 func (bn *bench) applyBatch(ctx context.Context, b batch) (int64, error) {
-	rows, err := bn.q.ProfileApplyBatch(ctx, b.body)
+	rows, err := bn.q.ProfileApplyBatch(ctx, db.ProfileApplyBatchParams{Updates: b.body})
 	if err != nil {
 		return 0, err
 	}

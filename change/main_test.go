@@ -89,7 +89,7 @@ func setup(t *testing.T, cfg change.Config, smallBuffers bool, prepare ...func(*
 // apply applies a batch of profile updates in its own transaction.
 func (b *testBundle) apply(t *testing.T, updates string) {
 	t.Helper()
-	rows, err := db.New(b.pool).ProfileApplyBatch(context.Background(), json.RawMessage(updates))
+	rows, err := db.New(b.pool).ProfileApplyBatch(context.Background(), db.ProfileApplyBatchParams{Updates: json.RawMessage(updates)})
 	require.NoError(t, err)
 	for _, r := range rows {
 		if r.Status == "dead_letter" && !strings.Contains(updates, `"_v":null`) {

@@ -109,7 +109,7 @@ func TestSessionResumeHasNoGapAndNoDuplicate(t *testing.T) {
 			if i == writes { // the last one
 				u = `{"_id":"end","_profile_type":"res","_path":["end"],"_value":{"_v":"x"}}`
 			}
-			if _, err := db.New(b.pool).ProfileApplyBatch(context.Background(), json.RawMessage(u)); err != nil {
+			if _, err := db.New(b.pool).ProfileApplyBatch(context.Background(), db.ProfileApplyBatchParams{Updates: json.RawMessage(u)}); err != nil {
 				t.Error(err)
 				return
 			}

@@ -616,7 +616,7 @@ func TestChangeAdminOnlyChannels(t *testing.T) {
 
 	_, err = tx.Exec(ctx, `DELETE FROM silo.change_pending`)
 	require.NoError(t, err)
-	_, err = db.New(tx).ProfileApplyBatch(ctx, json.RawMessage(`[{"_id":"admin-only","_path":["x"],"_value":{"_v":null}}]`))
+	_, err = db.New(tx).ProfileApplyBatch(ctx, db.ProfileApplyBatchParams{Updates: json.RawMessage(`[{"_id":"admin-only","_path":["x"],"_value":{"_v":null}}]`)})
 	require.NoError(t, err)
 	var n, withReaders int
 	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE cardinality(readers) > 0)

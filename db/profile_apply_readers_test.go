@@ -19,16 +19,16 @@ import (
 var token = []string{"_all", "_auth"}
 
 // batchFor applies messages as one batch, told as a caller with readers (nil: everything).
-func (e *applyEnv) batchFor(readers []string, msgs ...string) []db.ProfileApplyBatchForReadersRow {
+func (e *applyEnv) batchFor(readers []string, msgs ...string) []db.ProfileApplyBatchRow {
 	e.t.Helper()
-	res, err := e.q.ProfileApplyBatchForReaders(e.ctx, db.ProfileApplyBatchForReadersParams{
+	res, err := e.q.ProfileApplyBatch(e.ctx, db.ProfileApplyBatchParams{
 		Updates: json.RawMessage(e.ids.Replace("[" + strings.Join(msgs, ",") + "]")), Readers: readers})
 	require.NoError(e.t, err)
 	require.Len(e.t, res, len(msgs))
 	return res
 }
 
-func statusesFor(rs []db.ProfileApplyBatchForReadersRow) []string {
+func statusesFor(rs []db.ProfileApplyBatchRow) []string {
 	out := make([]string, len(rs))
 	for i, r := range rs {
 		out[i] = r.Status

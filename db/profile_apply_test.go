@@ -52,7 +52,7 @@ func (e *applyEnv) id(name string) string { return e.ids.Replace(name) }
 // batch applies messages (JSON objects or anything else) as one batch.
 func (e *applyEnv) batch(msgs ...string) []db.ProfileApplyBatchRow {
 	e.t.Helper()
-	res, err := e.q.ProfileApplyBatch(e.ctx, json.RawMessage(e.ids.Replace("["+strings.Join(msgs, ",")+"]")))
+	res, err := e.q.ProfileApplyBatch(e.ctx, db.ProfileApplyBatchParams{Updates: json.RawMessage(e.ids.Replace("[" + strings.Join(msgs, ",") + "]"))})
 	require.NoError(e.t, err)
 	require.Len(e.t, res, len(msgs))
 	return res
@@ -703,7 +703,7 @@ func TestProfileApplyBatchSemantics(t *testing.T) {
 	t.Run("one object is a batch of one", func(t *testing.T) {
 		t.Parallel()
 		e := newApplyEnv(t)
-		res, err := e.q.ProfileApplyBatch(e.ctx, json.RawMessage(e.ids.Replace(m("_set", `"x"`, `"_in":1000`))))
+		res, err := e.q.ProfileApplyBatch(e.ctx, db.ProfileApplyBatchParams{Updates: json.RawMessage(e.ids.Replace(m("_set", `"x"`, `"_in":1000`)))})
 		require.NoError(t, err)
 		require.Len(t, res, 1)
 		require.Equal(t, "ok", res[0].Status)
@@ -713,7 +713,7 @@ func TestProfileApplyBatchSemantics(t *testing.T) {
 	t.Run("an empty batch", func(t *testing.T) {
 		t.Parallel()
 		e := newApplyEnv(t)
-		res, err := e.q.ProfileApplyBatch(e.ctx, json.RawMessage(`[]`))
+		res, err := e.q.ProfileApplyBatch(e.ctx, db.ProfileApplyBatchParams{Updates: json.RawMessage(`[]`)})
 		require.NoError(t, err)
 		require.Empty(t, res)
 	})
@@ -723,13 +723,13 @@ func TestProfileApplyBatchSemantics(t *testing.T) {
 		e := newApplyEnv(t)
 		for _, in := range []string{`5`, `"x"`, `null`, `true`} {
 			err := dbtest.Savepoint(t, e.tx, func(tx pgx.Tx) error {
-				_, err := db.New(tx).ProfileApplyBatch(e.ctx, json.RawMessage(in))
+				_, err := db.New(tx).ProfileApplyBatch(e.ctx, db.ProfileApplyBatchParams{Updates: json.RawMessage(in)})
 				return err
 			})
 			requireSQLState(t, err, "SLINV")
 		}
 		err := dbtest.Savepoint(t, e.tx, func(tx pgx.Tx) error {
-			_, err := db.New(tx).ProfileApplyBatch(e.ctx, nil)
+			_, err := db.New(tx).ProfileApplyBatch(e.ctx, db.ProfileApplyBatchParams{Updates: nil})
 			return err
 		})
 		requireSQLState(t, err, "SLINV")
@@ -1100,7 +1100,7 @@ func TestProfileApplyBatchEquivalence(t *testing.T) {
 		var oneRows []db.ProfileApplyBatchRow
 		require.NoError(t, dbtest.Savepoint(t, e.tx, func(tx pgx.Tx) error {
 			for _, msg := range msgs {
-				r, err := db.New(tx).ProfileApplyBatch(e.ctx, json.RawMessage(e.ids.Replace("["+msg+"]")))
+				r, err := db.New(tx).ProfileApplyBatch(e.ctx, db.ProfileApplyBatchParams{Updates: json.RawMessage(e.ids.Replace("[" + msg + "]"))})
 				require.NoError(t, err)
 				require.Len(t, r, 1)
 				r[0].Ord = int32(len(oneRows) + 1)
@@ -1134,7 +1134,7 @@ func (e *applyEnv) applyRolledBack(batch json.RawMessage, names []string) ([]db.
 	var state string
 	require.Error(e.t, dbtest.Savepoint(e.t, e.tx, func(tx pgx.Tx) error {
 		var err error
-		rows, err = db.New(tx).ProfileApplyBatch(e.ctx, batch)
+		rows, err = db.New(tx).ProfileApplyBatch(e.ctx, db.ProfileApplyBatchParams{Updates: batch})
 		require.NoError(e.t, err)
 		state = e.state(tx, names)
 		return errors.New("roll the batch back")

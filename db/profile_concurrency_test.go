@@ -25,8 +25,8 @@ func TestProfileConcurrentWritersOfOneGrain(t *testing.T) {
 	q := db.New(pool)
 	const writers, each = 4, 25
 	apply := func(op, path, v string) error {
-		rows, err := q.ProfileApplyBatch(ctx, json.RawMessage(fmt.Sprintf(
-			`[{"_operation":%q,"_id":"c","_path":[%q],"_value":{"_v":%s}}]`, op, path, v)))
+		rows, err := q.ProfileApplyBatch(ctx, db.ProfileApplyBatchParams{Updates: json.RawMessage(fmt.Sprintf(
+			`[{"_operation":%q,"_id":"c","_path":[%q],"_value":{"_v":%s}}]`, op, path, v))})
 		if err == nil && rows[0].Status != "ok" {
 			err = fmt.Errorf("%s: %s %v", op, rows[0].Status, rows[0].Reason)
 		}

@@ -62,7 +62,7 @@ func FuzzProfileApply(f *testing.F) {
 		var rows []db.ProfileApplyBatchRow
 		err := dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
 			var err error
-			rows, err = db.New(tx).ProfileApplyBatch(ctx, json.RawMessage(input))
+			rows, err = db.New(tx).ProfileApplyBatch(ctx, db.ProfileApplyBatchParams{Updates: json.RawMessage(input)})
 			return err
 		})
 		if want < 0 {

@@ -18,14 +18,14 @@ func TestProfileSeedExampleFromUpdates(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q := db.New(dbtest.Tx(t))
-	rows, err := q.ProfileApplyBatch(ctx, json.RawMessage(`[
+	rows, err := q.ProfileApplyBatch(ctx, db.ProfileApplyBatchParams{Updates: json.RawMessage(`[
 	  {"_id":"0815","_path":["a1"],"_value":{"_v":"abc","_c":0.4,"_in":123,"_reader":"_all"}},
 	  {"_id":"0815","_path":["a2","b1"],"_operation":"_set_with_history","_value":{"_v":"21","_c":0.1,"_in":"2018-09-21","_reader":"_all"}},
 	  {"_id":"0815","_path":["a2","b1"],"_operation":"_set_with_history","_value":{"_v":"22","_c":0.2,"_in":"2018-09-22","_reader":"_all"}},
 	  {"_id":"0815","_path":["a2","b1"],"_operation":"_set_with_history","_value":{"_v":"23","_c":0.3,"_in":"2018-09-23","_reader":"_all"}},
 	  {"_id":"0815","_path":["a2","b2"],"_value":{"_v":"123456","_c":0.4,"_in":"2018-09-20","_reader":"_all"}},
 	  {"_id":"0815","_path":["a3","b3","c3","d3","e3"],"_value":{"_v":"123456","_c":0.5,"_in":"2018-09-20","_reader":"_all"}}
-	]`))
+	]`)})
 	require.NoError(t, err)
 	require.Len(t, rows, 6)
 	for _, r := range rows {

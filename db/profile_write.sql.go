@@ -42,8 +42,13 @@ const profileApplyBatch = `-- name: ProfileApplyBatch :many
 
 SELECT b.ord::integer AS ord, b.status::text AS status, b.operation, b.correlation_id, b.sqlstate,
        b.reason, b.dead_letter_id
-FROM api.profile_apply_batch($1::jsonb) b
+FROM api.profile_apply_batch($1::jsonb, $2::text[]) b
 `
+
+type ProfileApplyBatchParams struct {
+	Updates json.RawMessage `json:"updates"`
+	Readers []string        `json:"readers"`
+}
 
 type ProfileApplyBatchRow struct {
 	Ord           int32   `json:"ord"`
@@ -57,8 +62,10 @@ type ProfileApplyBatchRow struct {
 
 // Profile store, write path (sql/profile/): the update messages of Granary's Profile Updater.
 // Columns are cast where they are never NULL, so sqlc types them exactly.
-func (q *Queries) ProfileApplyBatch(ctx context.Context, updates json.RawMessage) ([]ProfileApplyBatchRow, error) {
-	rows, err := q.db.Query(ctx, profileApplyBatch, updates)
+// readers: what the caller may read (the HTTP layer passes its token's): the results are told as
+// such a caller may see them. NULL: in full, as a psql user sees them.
+func (q *Queries) ProfileApplyBatch(ctx context.Context, arg ProfileApplyBatchParams) ([]ProfileApplyBatchRow, error) {
+	rows, err := q.db.Query(ctx, profileApplyBatch, arg.Updates, arg.Readers)
 	if err != nil {
 		return nil, err
 	}
@@ -66,57 +73,6 @@ func (q *Queries) ProfileApplyBatch(ctx context.Context, updates json.RawMessage
 	var items []ProfileApplyBatchRow
 	for rows.Next() {
 		var i ProfileApplyBatchRow
-		if err := rows.Scan(
-			&i.Ord,
-			&i.Status,
-			&i.Operation,
-			&i.CorrelationID,
-			&i.SQLState,
-			&i.Reason,
-			&i.DeadLetterID,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const profileApplyBatchForReaders = `-- name: ProfileApplyBatchForReaders :many
-SELECT b.ord::integer AS ord, b.status::text AS status, b.operation, b.correlation_id, b.sqlstate,
-       b.reason, b.dead_letter_id
-FROM api.profile_apply_batch($1::jsonb, $2::text[]) b
-`
-
-type ProfileApplyBatchForReadersParams struct {
-	Updates json.RawMessage `json:"updates"`
-	Readers []string        `json:"readers"`
-}
-
-type ProfileApplyBatchForReadersRow struct {
-	Ord           int32   `json:"ord"`
-	Status        string  `json:"status"`
-	Operation     *string `json:"operation"`
-	CorrelationID *string `json:"correlationId"`
-	SQLState      *string `json:"sqlstate"`
-	Reason        *string `json:"reason"`
-	DeadLetterID  *int64  `json:"deadLetterId"`
-}
-
-// As ProfileApplyBatch, told as a caller with these readers may see the results (the HTTP layer
-// passes its token's).
-func (q *Queries) ProfileApplyBatchForReaders(ctx context.Context, arg ProfileApplyBatchForReadersParams) ([]ProfileApplyBatchForReadersRow, error) {
-	rows, err := q.db.Query(ctx, profileApplyBatchForReaders, arg.Updates, arg.Readers)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ProfileApplyBatchForReadersRow
-	for rows.Next() {
-		var i ProfileApplyBatchForReadersRow
 		if err := rows.Scan(
 			&i.Ord,
 			&i.Status,

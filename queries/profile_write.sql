@@ -2,9 +2,11 @@
 -- Columns are cast where they are never NULL, so sqlc types them exactly.
 
 -- name: ProfileApplyBatch :many
+-- readers: what the caller may read (the HTTP layer passes its token's): the results are told as
+-- such a caller may see them. NULL: in full, as a psql user sees them.
 SELECT b.ord::integer AS ord, b.status::text AS status, b.operation, b.correlation_id, b.sqlstate,
        b.reason, b.dead_letter_id
-FROM api.profile_apply_batch(sqlc.arg(updates)::jsonb) b;
+FROM api.profile_apply_batch(sqlc.arg(updates)::jsonb, sqlc.narg(readers)::text[]) b;
 
 -- name: ProfileApply :one
 SELECT a.status::text AS status, a.operation, a.correlation_id, a.sqlstate, a.reason, a.dead_letter_id
@@ -12,10 +14,3 @@ FROM api.profile_apply(sqlc.arg(update)::jsonb) a;
 
 -- name: ProfileLinkResolve :one
 SELECT api.profile_link_resolve(sqlc.arg(correlation_id)::text)::text AS target;
-
--- name: ProfileApplyBatchForReaders :many
--- As ProfileApplyBatch, told as a caller with these readers may see the results (the HTTP layer
--- passes its token's).
-SELECT b.ord::integer AS ord, b.status::text AS status, b.operation, b.correlation_id, b.sqlstate,
-       b.reason, b.dead_letter_id
-FROM api.profile_apply_batch(sqlc.arg(updates)::jsonb, sqlc.arg(readers)::text[]) b;

@@ -60,7 +60,7 @@ func (s *server) profileUpdates(w http.ResponseWriter, r *http.Request) {
 	}
 	// Small requests are joined with others of tokens with the same readers (group commit); a
 	// large one is a call of its own.
-	var rows []db.ProfileApplyBatchForReadersRow
+	var rows []db.ProfileApplyBatchRow
 	var err error
 	if elems := splitUpdates(body); elems != nil {
 		rows, err = s.batcher.apply(r.Context(), elems, id.Readers)

@@ -34,7 +34,7 @@ type batchItem struct {
 }
 
 type batchReply struct {
-	rows []db.ProfileApplyBatchForReadersRow
+	rows []db.ProfileApplyBatchRow
 	err  error
 }
 
@@ -74,7 +74,7 @@ func splitUpdates(body []byte) [][]byte {
 
 // apply applies the request's updates, joined with whatever other small requests of tokens with
 // the same readers are waiting.
-func (b *batcher) apply(ctx context.Context, elems [][]byte, readers []string) ([]db.ProfileApplyBatchForReadersRow, error) {
+func (b *batcher) apply(ctx context.Context, elems [][]byte, readers []string) ([]db.ProfileApplyBatchRow, error) {
 	it := &batchItem{elems: elems, readers: readers, key: strings.Join(readers, "\x00"), reply: make(chan batchReply, 1)}
 	select {
 	case b.queue <- it:
