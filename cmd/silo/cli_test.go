@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/silo-db/silo/db/dbtest"
+	"github.com/silo-db/silo/db/embedpg"
 )
 
 // unreachableDB is a DATABASE_URL nobody answers on.
@@ -333,7 +333,7 @@ func TestSharedEmbeddedCluster(t *testing.T) {
 		require.Equal(t, 200, readyz(b), "silo serve lost the database when silo up stopped")
 		time.Sleep(500 * time.Millisecond)
 	}
-	require.False(t, processGone(pid), "the server stopped under silo serve")
+	require.True(t, embedpg.Alive(pid), "the server stopped under silo serve")
 
 	interrupt(b)
 	requireServerStopped(t, pgDir, pid)
@@ -359,20 +359,8 @@ func requireServerStopped(t *testing.T, pgDir string, pid int) {
 	_, err = os.Stat(filepath.Join(pgDir, "keeper.pid"))
 	require.True(t, os.IsNotExist(err), "keeper.pid left: the keeper still runs")
 	if pid > 0 {
-		require.True(t, processGone(pid), "postgres (pid %d) still runs", pid)
+		require.False(t, embedpg.Alive(pid), "postgres (pid %d) still runs", pid)
 	}
-}
-
-func processGone(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return true
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
 
 // stopLeftovers stops, by pid, a server or keeper a failed test left behind in pgDir.

@@ -245,7 +245,7 @@ func (c *Cluster) waitKeeper(timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		pid, err := readPid(filepath.Join(c.opts.Dir, keeperFile))
-		if err != nil || !alive(pid) {
+		if err != nil || !Alive(pid) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -432,7 +432,7 @@ func postmaster(dataDir string) (pid, port int, ok bool) {
 	}
 	pid, err1 := strconv.Atoi(strings.TrimSpace(lines[0]))
 	port, err2 := strconv.Atoi(strings.TrimSpace(lines[3]))
-	if err1 != nil || err2 != nil || pid <= 0 || !alive(pid) {
+	if err1 != nil || err2 != nil || pid <= 0 || !Alive(pid) {
 		return 0, 0, false
 	}
 	return pid, port, true
@@ -450,7 +450,7 @@ func stopServer(pid int, done <-chan struct{}) error {
 					return true
 				default:
 				}
-			} else if !alive(pid) {
+			} else if !Alive(pid) {
 				return true
 			}
 			if time.Now().After(deadline) {
@@ -472,8 +472,9 @@ func stopServer(pid int, done <-chan struct{}) error {
 	return fmt.Errorf("PostgreSQL (pid %d) did not stop", pid)
 }
 
-// alive reports whether process pid exists and is not a zombie waiting for its parent.
-func alive(pid int) bool {
+// Alive reports whether process pid exists and is not a zombie waiting for its parent (the tests
+// of the cluster's sharing ask it of servers and keepers too).
+func Alive(pid int) bool {
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}

@@ -126,18 +126,6 @@ func stopLeftovers(t *testing.T, dir string) {
 	}
 }
 
-func processGone(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return true
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
-}
-
 // requireStopped checks that no server and no keeper run for dir any more, waiting up to timeout.
 func requireStopped(t *testing.T, dir string, pid int, timeout time.Duration) {
 	t.Helper()
@@ -145,7 +133,7 @@ func requireStopped(t *testing.T, dir string, pid int, timeout time.Duration) {
 	for {
 		_, errPid := os.Stat(filepath.Join(dir, "data", "postmaster.pid"))
 		_, errKeeper := os.Stat(filepath.Join(dir, "keeper.pid"))
-		if processGone(pid) && os.IsNotExist(errPid) && os.IsNotExist(errKeeper) {
+		if !embedpg.Alive(pid) && os.IsNotExist(errPid) && os.IsNotExist(errKeeper) {
 			return
 		}
 		require.True(t, time.Now().Before(deadline), "server (pid %d) or keeper still running for %s", pid, dir)
@@ -216,7 +204,7 @@ func TestServerOutlivesTheProcessThatStartedIt(t *testing.T) {
 			// Longer than the keeper's look for leases left: the dead process's lease is gone, B's holds.
 			time.Sleep(1500 * time.Millisecond)
 			requireAnswers(t, b.Port())
-			require.False(t, processGone(a.pid), "the server stopped under the process still using it")
+			require.True(t, embedpg.Alive(a.pid), "the server stopped under the process still using it")
 
 			require.NoError(t, b.Stop())
 			requireStopped(t, dir, a.pid, 0)
