@@ -83,7 +83,7 @@ func asyncWorkload(ctx context.Context, bn *bench, rp *report) error {
 				}
 			}
 			enq = append(enq, float64(asyncBatches*batchSize)/time.Since(start).Seconds())
-			return bn.drain(ctx, siloBin, asyncBatches*batchSize)
+			return bn.drain(ctx, siloBin)
 		},
 		func() (float64, error) {
 			start := time.Now()
@@ -128,7 +128,7 @@ func asyncWorkload(ctx context.Context, bn *bench, rp *report) error {
 
 // drain starts the worker processes, waits until the inbox is empty and stops them; the rate is
 // counted from the first applied step, so process start-up is left out.
-func (bn *bench) drain(ctx context.Context, siloBin string, total int) (float64, error) {
+func (bn *bench) drain(ctx context.Context, siloBin string) (float64, error) {
 	var procs []*exec.Cmd
 	defer func() {
 		for _, p := range procs {

@@ -34,12 +34,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func writeRawJSON(w http.ResponseWriter, status int, b []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
-}
-
 func writeError(w http.ResponseWriter, status int, id, message string, data map[string]any) {
 	writeJSON(w, status, errorBody{Error: errorObject{ID: id, Message: message, Data: data}})
 }
