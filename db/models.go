@@ -20,6 +20,17 @@ type APIProfileApplyResult struct {
 	DeadLetterID  *int64  `json:"deadLetterId"`
 }
 
+// Always empty: the row type of api.profile_enqueue_requests. request: the request's position in the call, from 1; accepted, first_id, last_id: as api.profile_enqueue returns them (NULL for a refused request); replayed: the request repeated an idempotency key and this is the first request's answer (nothing was enqueued again); sqlstate and reason: why the request was refused (NULL when it was not).
+type APIProfileEnqueueResult struct {
+	Request  *int32  `json:"request"`
+	Accepted *int32  `json:"accepted"`
+	FirstID  *int64  `json:"firstId"`
+	LastID   *int64  `json:"lastId"`
+	Replayed *bool   `json:"replayed"`
+	SQLState *string `json:"sqlstate"`
+	Reason   *string `json:"reason"`
+}
+
 // Inbox lanes waiting after a transient unexpected error (api.error_class; with updater.unexpected_errors retry, the default): priority (high, low), lane, attempts, retry_at, last_failed, last_sqlstate, last_error, the message the lane waits at (message_id, correlation_id, message, accepted) and waiting (how many messages wait in the lane). api.profile_inbox_dead_letter(message_id) moves that message to the dead letter table.
 type APIProfileInboxBlockedLane struct {
 	Priority      string          `json:"priority"`
@@ -43,6 +54,19 @@ type APIProfileLink struct {
 	ResolvedCorrelationID string    `json:"resolvedCorrelationId"`
 	Inserted              time.Time `json:"inserted"`
 	Origin                *string   `json:"origin"`
+}
+
+// Always empty: the row type of api.profile_apply_requests. request: the request's position in the call, from 1; ord: the update's position in its request, from 1 (NULL for a refused request); status: ok, noop or dead_letter as in api.profile_apply_results, or refused (the request was not applied: sqlstate and reason say why); operation, correlation_id, sqlstate, reason, dead_letter_id: as in api.profile_apply_results; replayed: the request repeated an idempotency key, and this row is the first request's answer (nothing was applied again).
+type APIProfileRequestResult struct {
+	Request       *int32  `json:"request"`
+	Ord           *int32  `json:"ord"`
+	Status        *string `json:"status"`
+	Operation     *string `json:"operation"`
+	CorrelationID *string `json:"correlationId"`
+	SQLState      *string `json:"sqlstate"`
+	Reason        *string `json:"reason"`
+	DeadLetterID  *int64  `json:"deadLetterId"`
+	Replayed      *bool   `json:"replayed"`
 }
 
 // The state of the asynchronous updater, one row per stream: priority (high, low), backlog (messages in the inbox: the scaling signal), oldest (acceptance time of the oldest waiting message), blocked_lanes (lanes waiting after an unexpected error), throttled (low stream only: updater.throttle_enabled and the high backlog above updater.lag_barrier), wait_ms (updater.wait_time_ms: the pause per message while throttled), check_interval_ms (updater.check_interval_ms: how long workers keep the decision), long_running_ms (updater.long_running_ms: the warning threshold of a step).
@@ -292,6 +316,22 @@ type SiloChangePending struct {
 	Created time.Time `json:"created"`
 	// A compact row of profile changes (channel profile:*): the grains one statement wrote or deleted, as four aligned rows: correlation ids, profile types, readers, paths (written by change_private.publish_grains). NULL for other channels.
 	Grains []string `json:"grains"`
+}
+
+// Idempotency keys of writes that committed, with their first answer, for the window in silo.settings idempotency.window (default 24 hours); api.idempotency_trim deletes older ones. Written in the transaction of the write it names.
+type SiloIdempotencyKey struct {
+	// Whose key it is: token:{id} for a request with an access token, role:{name} for a psql session without one. Keys of different scopes never meet.
+	Scope string `json:"scope"`
+	// The key as the client sent it (the Idempotency-Key header): 1 to 255 printable ASCII characters.
+	Key string `json:"key"`
+	// What was asked, without the body: the route and its parameters, e.g. POST /profile-updates mode=async priority=high. The same key with another request is refused (SLIDM).
+	Request string `json:"request"`
+	// SHA-256 of request and the body as jsonb text (so whitespace and key order do not matter). The same key with another body is refused (SLIDM).
+	RequestHash []byte `json:"requestHash"`
+	// The first answer, returned again to a repeat: for POST /profile-updates the result rows, for its async mode the accepted count and inbox ids. NULL only inside the transaction that claimed the key.
+	Answer json.RawMessage `json:"answer"`
+	// When the key was first used; after the window a repeat counts as a new request.
+	Created time.Time `json:"created"`
 }
 
 // Runtime settings a DBA may read and change with UPDATE: each row says what it does. Values are text, interpreted by the functions that read them.

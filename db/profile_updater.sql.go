@@ -36,6 +36,57 @@ func (q *Queries) ProfileEnqueue(ctx context.Context, arg ProfileEnqueueParams) 
 	return i, err
 }
 
+const profileEnqueueRequests = `-- name: ProfileEnqueueRequests :many
+SELECT r.request::integer AS request, r.accepted, r.first_id, r.last_id, r.replayed::boolean AS replayed,
+       r.sqlstate, r.reason
+FROM api.profile_enqueue_requests($1::jsonb, $2::text) r
+`
+
+type ProfileEnqueueRequestsParams struct {
+	Requests json.RawMessage `json:"requests"`
+	Priority string          `json:"priority"`
+}
+
+type ProfileEnqueueRequestsRow struct {
+	Request  int32   `json:"request"`
+	Accepted *int32  `json:"accepted"`
+	FirstID  *int64  `json:"firstId"`
+	LastID   *int64  `json:"lastId"`
+	Replayed bool    `json:"replayed"`
+	SQLState *string `json:"sqlstate"`
+	Reason   *string `json:"reason"`
+}
+
+// requests: a JSON array of {"updates", "token_id", "idempotency_key"}, one per HTTP request joined
+// into this call, all of one priority.
+func (q *Queries) ProfileEnqueueRequests(ctx context.Context, arg ProfileEnqueueRequestsParams) ([]ProfileEnqueueRequestsRow, error) {
+	rows, err := q.db.Query(ctx, profileEnqueueRequests, arg.Requests, arg.Priority)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProfileEnqueueRequestsRow
+	for rows.Next() {
+		var i ProfileEnqueueRequestsRow
+		if err := rows.Scan(
+			&i.Request,
+			&i.Accepted,
+			&i.FirstID,
+			&i.LastID,
+			&i.Replayed,
+			&i.SQLState,
+			&i.Reason,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const profileInboxBlockedLanes = `-- name: ProfileInboxBlockedLanes :many
 SELECT b.priority::text AS priority, b.lane::integer AS lane, b.attempts::integer AS attempts, b.retry_at,
        b.last_failed, b.last_sqlstate, b.last_error, coalesce(b.message_id, 0)::bigint AS message_id,

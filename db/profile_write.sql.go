@@ -92,6 +92,61 @@ func (q *Queries) ProfileApplyBatch(ctx context.Context, arg ProfileApplyBatchPa
 	return items, nil
 }
 
+const profileApplyRequests = `-- name: ProfileApplyRequests :many
+SELECT r.request::integer AS request, r.ord, r.status::text AS status, r.operation, r.correlation_id,
+       r.sqlstate, r.reason, r.dead_letter_id, r.replayed::boolean AS replayed
+FROM api.profile_apply_requests($1::jsonb, $2::text[]) r
+`
+
+type ProfileApplyRequestsParams struct {
+	Requests json.RawMessage `json:"requests"`
+	Readers  []string        `json:"readers"`
+}
+
+type ProfileApplyRequestsRow struct {
+	Request       int32   `json:"request"`
+	Ord           *int32  `json:"ord"`
+	Status        string  `json:"status"`
+	Operation     *string `json:"operation"`
+	CorrelationID *string `json:"correlationId"`
+	SQLState      *string `json:"sqlstate"`
+	Reason        *string `json:"reason"`
+	DeadLetterID  *int64  `json:"deadLetterId"`
+	Replayed      bool    `json:"replayed"`
+}
+
+// requests: a JSON array of {"updates", "token_id", "idempotency_key"}, one per HTTP request joined
+// into this call; readers as in ProfileApplyBatch (one set for the whole call).
+func (q *Queries) ProfileApplyRequests(ctx context.Context, arg ProfileApplyRequestsParams) ([]ProfileApplyRequestsRow, error) {
+	rows, err := q.db.Query(ctx, profileApplyRequests, arg.Requests, arg.Readers)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProfileApplyRequestsRow
+	for rows.Next() {
+		var i ProfileApplyRequestsRow
+		if err := rows.Scan(
+			&i.Request,
+			&i.Ord,
+			&i.Status,
+			&i.Operation,
+			&i.CorrelationID,
+			&i.SQLState,
+			&i.Reason,
+			&i.DeadLetterID,
+			&i.Replayed,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const profileLinkResolve = `-- name: ProfileLinkResolve :one
 SELECT api.profile_link_resolve($1::text)::text AS target
 `

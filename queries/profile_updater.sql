@@ -4,6 +4,13 @@
 SELECT e.accepted::integer AS accepted, e.first_id, e.last_id
 FROM api.profile_enqueue(sqlc.arg(updates)::jsonb, sqlc.arg(priority)::text) e;
 
+-- name: ProfileEnqueueRequests :many
+-- requests: a JSON array of {"updates", "token_id", "idempotency_key"}, one per HTTP request joined
+-- into this call, all of one priority.
+SELECT r.request::integer AS request, r.accepted, r.first_id, r.last_id, r.replayed::boolean AS replayed,
+       r.sqlstate, r.reason
+FROM api.profile_enqueue_requests(sqlc.arg(requests)::jsonb, sqlc.arg(priority)::text) r;
+
 -- name: ProfileInboxProcess :one
 SELECT p.taken::integer AS taken, p.ok::integer AS ok, p.noop::integer AS noop,
        p.dead_letter::integer AS dead_letter, p.operations::jsonb AS operations,

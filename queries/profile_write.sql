@@ -14,3 +14,10 @@ FROM api.profile_apply(sqlc.arg(update)::jsonb) a;
 
 -- name: ProfileLinkResolve :one
 SELECT api.profile_link_resolve(sqlc.arg(correlation_id)::text)::text AS target;
+
+-- name: ProfileApplyRequests :many
+-- requests: a JSON array of {"updates", "token_id", "idempotency_key"}, one per HTTP request joined
+-- into this call; readers as in ProfileApplyBatch (one set for the whole call).
+SELECT r.request::integer AS request, r.ord, r.status::text AS status, r.operation, r.correlation_id,
+       r.sqlstate, r.reason, r.dead_letter_id, r.replayed::boolean AS replayed
+FROM api.profile_apply_requests(sqlc.arg(requests)::jsonb, sqlc.narg(readers)::text[]) r;

@@ -105,12 +105,15 @@ const (
 //   - SQLSTATE class 08 (connection exception);
 //   - 57P01, 57P02, 57P03 (admin shutdown, crash shutdown, cannot connect now: a restart);
 //   - class 53 (insufficient resources: 53300 too many connections, out of memory, disk full);
+//   - 55P03 (lock not available: a lock timeout) and class 58 (system errors such as I/O);
 //   - a connection attempt that failed (pgconn.ConnectError), a connection that broke or was
 //     already closed (a net.Error, an unexpected EOF, pgconn.ErrConnClosed);
 //   - a deadline that passed while waiting for the database (no connection came free in time).
 //
-// Registered SQLSTATEs (errors.go's registry, 57014 statement timeout among them) are not database
-// trouble: they are answered by ErrorFor.
+// Registered SQLSTATEs (errors.go's registry: 40001, 40P01 and 57014 among them, 503 with their
+// own ids) are answered by ErrorFor. Together the two cover every transient SQLSTATE of
+// api.error_class with a 503 and Retry-After (a test holds them to it): a client retries exactly
+// what the workers retry.
 func DatabaseUnavailable(err error) (string, bool) {
 	if err == nil {
 		return "", false
@@ -126,6 +129,10 @@ func DatabaseUnavailable(err error) (string, bool) {
 		return "the database is starting, restarting or shutting down; retry later", true
 	case isPg && strings.HasPrefix(pgErr.Code, "53"):
 		return "the database is out of resources (connections, memory or disk); retry later", true
+	case isPg && pgErr.Code == "55P03":
+		return "a lock the request needs was not available in time; retry later", true
+	case isPg && strings.HasPrefix(pgErr.Code, "58"):
+		return "the database met a system error (such as I/O); retry later", true
 	case errors.As(err, &connErr):
 		return "the database cannot be reached; retry later", true
 	case isPg:

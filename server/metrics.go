@@ -114,8 +114,8 @@ type timedDB struct {
 	m *metrics
 }
 
-// applyBatchCall is how the generated query ProfileApplyBatch calls the function.
-const applyBatchCall = "api.profile_apply_batch("
+// applyBatchCall is how the generated query ProfileApplyRequests calls the function.
+const applyBatchCall = "api.profile_apply_requests("
 
 func (t timedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if !strings.Contains(sql, applyBatchCall) {

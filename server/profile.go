@@ -40,8 +40,10 @@ func newUpdateResult(status string, sqlstate, reason *string, deadLetterID *int6
 }
 
 // POST /profile-updates: one update or an array of them, applied in order. The results are told
-// as the token may see them: api.profile_apply_batch gets its readers, so a result says nothing of
-// a grain the token may not read (ok rather than noop, no existing grain type in a rejection).
+// as the token may see them: api.profile_apply_requests gets its readers, so a result says nothing
+// of a grain the token may not read (ok rather than noop, no existing grain type in a rejection).
+// With an Idempotency-Key header, a repeat of a request within the window gets the first answer
+// (Idempotent-Replayed: true) and applies nothing.
 func (s *server) profileUpdates(w http.ResponseWriter, r *http.Request) {
 	id, ok := s.writer(w, r)
 	if !ok {
@@ -51,21 +53,18 @@ func (s *server) profileUpdates(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	req := writeRequest{body: body, field: "updates", tokenID: id.TokenID, key: idempotencyKey(r.Header)}
 	if mode := r.URL.Query().Get("mode"); mode == "async" {
-		s.profileEnqueue(w, r, body)
+		s.profileEnqueue(w, r, req)
 		return
 	} else if mode != "" && mode != "sync" {
 		badParam(w, fmt.Errorf("mode must be sync or async, got %q", mode))
 		return
 	}
-	// Small requests are joined with others of tokens with the same readers (group commit); a
-	// large one is a call of its own.
-	var rows []db.ProfileApplyBatchRow
-	var err error
-	if elems := splitUpdates(body); elems != nil {
-		rows, err = s.batcher.apply(r.Context(), elems, id.Readers)
-	} else {
-		rows, err = applyBatch(r.Context(), s.q, body, id.Readers)
+	// Requests of tokens with the same readers are joined (group commit).
+	rows, err := s.applyJoin.do(r.Context(), id.Readers, strings.Join(id.Readers, "\x00"), req)
+	if err == nil && len(rows) == 1 && rows[0].Status == "refused" {
+		err = refusal(rows[0].SQLState, rows[0].Reason)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -76,6 +75,10 @@ func (s *server) profileUpdates(w http.ResponseWriter, r *http.Request) {
 	}{Results: make([]updateResult, len(rows))}
 	for i, row := range rows {
 		out.Results[i] = newUpdateResult(row.Status, row.SQLState, row.Reason, row.DeadLetterID)
+		if row.Replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+			continue // counted when it was applied
+		}
 		op := "invalid"
 		if row.Operation != nil {
 			op = *row.Operation

@@ -52,6 +52,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	if apiErr, ok := ErrorFor(err); ok {
+		if apiErr.Status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", strconv.Itoa(UnavailableRetryAfter))
+		}
 		writeError(w, apiErr.Status, apiErr.ID, apiErr.Message, apiErr.Data)
 		return
 	}

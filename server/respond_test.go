@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/silo-db/silo/db/dbtest"
 )
 
 // Only a real \u0000 escape is refused: after an escaped backslash the same six bytes are text.
@@ -99,7 +101,8 @@ func TestFail(t *testing.T) {
 		{&pgconn.ConnectError{}, 503, UnavailableID, "1"},
 		{&pgconn.PgError{Code: "SLINV", Message: "bad"}, 400, "invalid-request-structure", ""},
 		{&pgconn.PgError{Code: "SLNFD", Message: "no such profile"}, 404, "unknown-resource", ""},
-		{&pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"}, 503, "request-timeout", ""},
+		{&pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"}, 503, "request-timeout", "1"},
+		{&pgconn.PgError{Code: "55P03", Message: "canceling statement due to lock timeout"}, 503, UnavailableID, "1"},
 		{pgx.ErrNoRows, 404, "unknown-resource", ""},
 		{&pgconn.PgError{Code: "23505", Message: "duplicate key"}, 500, "unexpected-error", ""},
 		{errors.New("boom"), 500, "unexpected-error", ""},
@@ -115,6 +118,33 @@ func TestFail(t *testing.T) {
 		if tc.status == 503 && tc.id == UnavailableID {
 			require.NotContains(t, body.Error.Message, "SQLSTATE", "no internals")
 			require.NotContains(t, body.Error.Message, "too many clients", "no internals")
+		}
+	}
+}
+
+// A client retries what the workers retry: every transient SQLSTATE of api.error_class
+// (error_private.transient_rules) is a 503 with Retry-After, and a deterministic one is not.
+func TestTransientErrorsAre503(t *testing.T) {
+	t.Parallel()
+	s := &server{log: slog.New(slog.DiscardHandler)}
+	tx := dbtest.Tx(t)
+	rows, err := tx.Query(context.Background(), `
+		SELECT rpad(r.prefix, 5, '0') FROM error_private.transient_rules() r
+		UNION ALL SELECT c FROM unnest('{08006,53300,57P01,58030}'::text[]) c`)
+	require.NoError(t, err)
+	codes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(codes), 10)
+	for _, code := range append(codes, "22P02", "23505", "54000", "SLINV") {
+		rec := httptest.NewRecorder()
+		s.fail(rec, httptest.NewRequest(http.MethodPost, "/profile-updates", nil), &pgconn.PgError{Code: code, Message: "x"})
+		var class string
+		require.NoError(t, tx.QueryRow(context.Background(), `SELECT api.error_class($1)`, code).Scan(&class))
+		if class == "transient" {
+			require.Equal(t, 503, rec.Code, code)
+			require.Equal(t, "1", rec.Header().Get("Retry-After"), code)
+		} else {
+			require.NotEqual(t, 503, rec.Code, code)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -26,7 +27,12 @@ func New(cfg Config) http.Handler {
 			_ = s.metrics.registry.Register(c) // already registered when two servers share hub and registry
 		}
 	}
-	s.batcher = newBatcher(s.q)
+	s.applyJoin = newJoiner(func(ctx context.Context, readers []string, requests []byte) ([]db.ProfileApplyRequestsRow, error) {
+		return s.q.ProfileApplyRequests(ctx, db.ProfileApplyRequestsParams{Requests: requests, Readers: readers})
+	}, func(r db.ProfileApplyRequestsRow) int32 { return r.Request })
+	s.enqueueJoin = newJoiner(func(ctx context.Context, priority string, requests []byte) ([]db.ProfileEnqueueRequestsRow, error) {
+		return s.q.ProfileEnqueueRequests(ctx, db.ProfileEnqueueRequestsParams{Requests: requests, Priority: priority})
+	}, func(r db.ProfileEnqueueRequestsRow) int32 { return r.Request })
 
 	mux := http.NewServeMux()
 	route := func(pattern string, h http.HandlerFunc) {

@@ -26,7 +26,7 @@ type Config struct {
 }
 
 // server is what every handler shares: the pool and its generated queries, the logger, the
-// metrics, the identity cache, the update batcher and the change hub. New (routes.go) makes it.
+// metrics, the identity cache, the joiners of write requests and the change hub. New (routes.go) makes it.
 type server struct {
 	pool    *pgxpool.Pool
 	q       *db.Queries
@@ -35,7 +35,8 @@ type server struct {
 	maxBody int64
 	metrics *metrics
 
-	identities identityCache
-	batcher    *batcher
-	hub        *change.Hub
+	identities  identityCache
+	applyJoin   *joiner[[]string, db.ProfileApplyRequestsRow] // POST /profile-updates, by readers
+	enqueueJoin *joiner[string, db.ProfileEnqueueRequestsRow] // its async mode, by priority
+	hub         *change.Hub
 }

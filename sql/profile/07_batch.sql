@@ -270,8 +270,13 @@ COMMENT ON FUNCTION profile_private.apply_core(jsonb, integer, boolean, text[]) 
     'Validates and applies a JSON array of profile update messages in batch order and returns one row per message, in batch order (an empty array: none). p_updates: the messages; p_ord_offset: added to each ord (position in p_updates, from 1), so a caller applying a batch piece by piece numbers the rows as in the whole batch; p_record: record rejected messages in profile.dead_letters (each insert publishes a dead-letters change) and return their ids (replays pass false); p_readers (default NULL: the caller may read everything): the caller''s readers, after the dead letters are recorded with their full reasons the results are told as such a caller may see them (profile_private.results_for_readers, and correlation_id only as far as its links are readable: profile_private.link_target_for). Row: ord, status (ok, noop, dead_letter), operation, correlation_id (the profile the update addresses, after profile links; for a message that failed validation its _id, NULL when not a string), sqlstate, reason and context of a rejection, dead_letter_id, reader (of the _latest pit a noop depended on). Records the grains written and deleted for change notifications. Raises nothing of its own, but handles no exception: an unexpected error propagates, and the caller decides what to do.';
 
 -- Used only after profile_private.apply_core failed: a subtransaction per update costs more than the
--- whole set-based batch, so the usual batch never pays for it.
-CREATE FUNCTION profile_private.apply_safe(p_updates jsonb, p_readers text[] DEFAULT NULL)
+-- whole set-based batch, so the usual batch never pays for it. Only a deterministic error is set
+-- aside as the update's own fault: a transient one (api.error_class: a deadlock, a lock timeout, a
+-- lost resource) says nothing of the update, and dead-lettering it would lose a good update.
+-- It is raised, so the caller's transaction fails whole and can be retried, unless the caller asks
+-- for it to be dead-lettered too (the updater's dead_letter mode).
+CREATE FUNCTION profile_private.apply_safe(p_updates jsonb, p_readers text[] DEFAULT NULL,
+                                           p_transient_to_dead_letter boolean DEFAULT false)
 RETURNS profile_private.apply_result[]
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -291,6 +296,9 @@ BEGIN
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
                                     v_detail = PG_EXCEPTION_DETAIL, v_ctx = PG_EXCEPTION_CONTEXT;
+            IF NOT p_transient_to_dead_letter AND api.error_class(v_state) = 'transient' THEN
+                RAISE;
+            END IF;
             v_msg := v_msg || coalesce(nullif(': ' || v_detail, ': '), '');
             v_r := ROW(v_i + 1, 'dead_letter',
                        CASE WHEN jsonb_typeof(v_m) <> 'object' THEN NULL
@@ -305,8 +313,8 @@ BEGIN
     RETURN v_out;
 END
 $$;
-COMMENT ON FUNCTION profile_private.apply_safe(jsonb, text[]) IS
-    'Applies a JSON array of profile update messages (p_updates) one by one, in order, each by profile_private.apply_core in its own subtransaction (with the caller''s readers p_readers, default NULL: everything), and returns one result per message (ord from 1). An unexpected error rolls back only the update that raised it, which goes to profile.dead_letters with PostgreSQL''s SQLSTATE, its message (and detail) as the reason and the PL/pgSQL error context; its operation and correlation_id are taken from the message as sent. Raises nothing of its own: every error is caught, except a cancel (57014), which PL/pgSQL''s WHEN OTHERS does not catch.';
+COMMENT ON FUNCTION profile_private.apply_safe(jsonb, text[], boolean) IS
+    'Applies a JSON array of profile update messages (p_updates) one by one, in order, each by profile_private.apply_core in its own subtransaction (with the caller''s readers p_readers, default NULL: everything), and returns one result per message (ord from 1). An unexpected deterministic error (api.error_class) rolls back only the update that raised it, which goes to profile.dead_letters with PostgreSQL''s SQLSTATE, its message (and detail) as the reason and the PL/pgSQL error context; its operation and correlation_id are taken from the message as sent. A transient error is raised again (the caller''s transaction fails and can be retried) unless p_transient_to_dead_letter (default false) is true: then it is dead-lettered like a deterministic one. Raises the transient errors it does not dead-letter; a cancel (57014) is never caught (PL/pgSQL''s WHEN OTHERS does not catch it).';
 
 -- A view rather than a composite type: sqlc turns SETOF a view into a typed Go struct, and psql's
 -- \d+ shows its columns. WHERE false: only its row type is used.
@@ -320,36 +328,54 @@ COMMENT ON VIEW api.profile_apply_results IS
 -- The fast path, profile_private.apply_core, runs without exception handling, so the usual batch
 -- pays for no subtransaction per update. When it fails, its subtransaction rolls back everything it
 -- did, and profile_private.apply_safe redoes the whole batch update by update: nothing is applied
--- twice.
-CREATE FUNCTION api.profile_apply_batch(p_updates jsonb, p_readers text[] DEFAULT NULL)
+-- twice. A transient error (api.error_class) is not the batch's fault: it fails the call, to be
+-- retried as a whole, unless p_transient_to_dead_letter.
+CREATE FUNCTION profile_private.apply_batch(p_updates jsonb, p_readers text[] DEFAULT NULL,
+                                            p_transient_to_dead_letter boolean DEFAULT false)
 RETURNS SETOF api.profile_apply_results
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_updates jsonb;
+    v_state text;
+BEGIN
+    BEGIN
+        -- profile_private.apply_core runs to completion before this query sees its first row, so when it
+        -- fails, no row has been returned yet. It returns its rows in batch order.
+        RETURN QUERY
+        SELECT c.ord, c.status, c.operation, c.correlation_id, c.sqlstate, c.reason, c.dead_letter_id
+        FROM profile_private.apply_core(p_updates, 0, true, p_readers) AS c;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE;
+        IF NOT p_transient_to_dead_letter AND api.error_class(v_state) = 'transient' THEN
+            RAISE;
+        END IF;
+        RETURN QUERY
+        SELECT r.ord, r.status, r.operation, r.correlation_id, r.sqlstate, r.reason, r.dead_letter_id
+        FROM unnest(profile_private.apply_safe(p_updates, p_readers, p_transient_to_dead_letter)) AS r
+        ORDER BY r.ord;
+    END;
+END
+$$;
+COMMENT ON FUNCTION profile_private.apply_batch(jsonb, text[], boolean) IS
+    'Applies a JSON array of profile update messages p_updates as api.profile_apply_batch does (p_readers: the same), and returns its rows. An unexpected error makes it redo the batch one update per subtransaction (profile_private.apply_safe), so that only the update that raised it is dead-lettered; a transient one (api.error_class) is raised instead, unless p_transient_to_dead_letter (default false) is true. Raises the transient errors it does not dead-letter.';
+
+CREATE FUNCTION api.profile_apply_batch(p_updates jsonb, p_readers text[] DEFAULT NULL)
+RETURNS SETOF api.profile_apply_results
+LANGUAGE plpgsql VOLATILE
+AS $$
 BEGIN
     IF p_updates IS NULL OR jsonb_typeof(p_updates) NOT IN ('object', 'array') THEN
         RAISE EXCEPTION 'updates must be a JSON object or array' USING ERRCODE = 'SLINV',
             DETAIL = format('got %s', coalesce(jsonb_typeof(p_updates), 'NULL')),
             HINT = 'Send one update message as an object or several as an array of objects.';
     END IF;
-    v_updates := CASE WHEN jsonb_typeof(p_updates) = 'object' THEN jsonb_build_array(p_updates) ELSE p_updates END;
-    BEGIN
-        -- profile_private.apply_core runs to completion before this query sees its first row, so when it
-        -- fails, no row has been returned yet. It returns its rows in batch order.
-        RETURN QUERY
-        SELECT c.ord, c.status, c.operation, c.correlation_id, c.sqlstate, c.reason, c.dead_letter_id
-        FROM profile_private.apply_core(v_updates, 0, true, p_readers) AS c;
-    EXCEPTION WHEN OTHERS THEN
-        RETURN QUERY
-        SELECT r.ord, r.status, r.operation, r.correlation_id, r.sqlstate, r.reason, r.dead_letter_id
-        FROM unnest(profile_private.apply_safe(v_updates, p_readers)) AS r
-        ORDER BY r.ord;
-    END;
+    RETURN QUERY
+    SELECT * FROM profile_private.apply_batch(
+        CASE WHEN jsonb_typeof(p_updates) = 'object' THEN jsonb_build_array(p_updates) ELSE p_updates END, p_readers);
 END
 $$;
 COMMENT ON FUNCTION api.profile_apply_batch(jsonb, text[]) IS
-    'Applies profile update messages in batch order. p_updates (no default): a JSON array of update messages, or one message as an object. p_readers (default NULL: the caller may read everything, as a psql user): the readers of the caller (the HTTP layer passes its token''s): every update is applied alike, but the results tell nothing of a grain the caller may not read: a noop that depended on such a grain''s _latest pit is reported as ok, an SPTYP reason does not name the existing grain type, an SPLNK reason does not list links the caller may not read, and correlation_id follows only links it may read; the dead letter keeps the full reason. Returns one row per message, in batch order (an empty array: none), as api.profile_apply_results: ord (from 1), status (ok: written; noop: nothing to change; dead_letter: rejected), operation, correlation_id (the profile the update addresses, after profile links; for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string), sqlstate and reason of a rejection, dead_letter_id. A rejected message never stops or undoes the others: it goes to profile.dead_letters with its SQLSTATE, which is not raised: a validation code (SPMSG, SPOPR, SPIDX, SPPTH, SPVAL, SPCRT, SPINS, SPDUR, SPRSV), SPTYP for a grain type mismatch, SPLNK for a profile link cycle, or PostgreSQL''s own for an unexpected error, transient ones (a deadlock, a lock timeout) included: the batch is then redone one update per subtransaction, so only the update that raised it is rejected. Publishes, in the caller''s transaction: the grains written and deleted (channels profile:{profile_type}:{correlation_id} once api.change_sequence expands them; nothing while silo.change_capture is off) and one change on channel dead-letters per dead letter; the commit notifies silo_change_pending unless silo.change_notify is off. Raises SLINV when p_updates is NULL or neither an object nor an array; a cancel (57014, such as statement_timeout) is not caught.';
+    'Applies profile update messages in batch order. p_updates (no default): a JSON array of update messages, or one message as an object. p_readers (default NULL: the caller may read everything, as a psql user): the readers of the caller (the HTTP layer passes its token''s): every update is applied alike, but the results tell nothing of a grain the caller may not read: a noop that depended on such a grain''s _latest pit is reported as ok, an SPTYP reason does not name the existing grain type, an SPLNK reason does not list links the caller may not read, and correlation_id follows only links it may read; the dead letter keeps the full reason. Returns one row per message, in batch order (an empty array: none), as api.profile_apply_results: ord (from 1), status (ok: written; noop: nothing to change; dead_letter: rejected), operation, correlation_id (the profile the update addresses, after profile links; for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string), sqlstate and reason of a rejection, dead_letter_id. A rejected message never stops or undoes the others: it goes to profile.dead_letters with its SQLSTATE, which is not raised: a validation code (SPMSG, SPOPR, SPIDX, SPPTH, SPVAL, SPCRT, SPINS, SPDUR, SPRSV), SPTYP for a grain type mismatch, SPLNK for a profile link cycle, or PostgreSQL''s own for an unexpected deterministic error (api.error_class: such as 22xxx, 23xxx, 54xxx): the batch is then redone one update per subtransaction, so only the update that raised it is rejected. A transient error (api.error_class: such as a deadlock 40P01, a serialization failure 40001, a lock timeout 55P03, a lost resource 53xxx) is raised: the batch fails whole and can be retried. Publishes, in the caller''s transaction: the grains written and deleted (channels profile:{profile_type}:{correlation_id} once api.change_sequence expands them; nothing while silo.change_capture is off) and one change on channel dead-letters per dead letter; the commit notifies silo_change_pending unless silo.change_notify is off. Raises SLINV when p_updates is NULL or neither an object nor an array, and the transient errors (such as 40P01, 40001, 55P03, 57014, 53xxx, 08xxx) that interrupt it.';
 
 -- A batch of one through api.profile_apply_batch, so that a single update takes the same path as a
 -- batch (validation, rounds, dead letters, changes, the redo after an unexpected error).

@@ -41,7 +41,7 @@
 --   updater.retry_base_ms * 2^attempts (at most updater.retry_max_ms) before it is tried again,
 --   forever, as a Kafka partition blocks (an operator can move the message to the dead letter
 --   table: api.profile_inbox_dead_letter); dead_letter: the message that raised it goes to the
---   dead letter table (api.profile_apply_batch's safe mode) and the lane goes on. The class is
+--   dead letter table (profile_private.apply_safe, told to dead-letter transient errors too) and the lane goes on. The class is
 --   only looked up in the exception handlers: the usual step pays nothing for it. An error that
 --   aborts the whole step (the database going away, a statement timeout, a cancel, which PL/pgSQL
 --   does not catch) rolls the step back: the worker tries again after a pause.
@@ -76,7 +76,46 @@ COMMENT ON FUNCTION profile_private.inbox_lane(jsonb, integer) IS
     'The inbox lane of update message p_message among p_lanes lanes (at least 1): hashtext(_id) without its sign bit, modulo p_lanes, when _id is a string; 0 otherwise. Raises nothing (division_by_zero for p_lanes 0).';
 
 -- The messages are not validated here: enqueueing stays one INSERT, and a bad message is
--- dead-lettered when applied, with the same reasons as a synchronous update.
+-- dead-lettered when applied, with the same reasons as a synchronous update. The ids are drawn
+-- first and handed out in message order, so that a caller that enqueues the messages of several
+-- requests at once knows which ids each request got.
+CREATE FUNCTION profile_private.inbox_add(p_messages jsonb, p_prio smallint)
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_ids   bigint[];
+    v_lanes integer[];
+BEGIN
+    v_ids := ARRAY(SELECT nextval('profile.inbox_id_seq') FROM generate_series(1, jsonb_array_length(p_messages)) ORDER BY 1);
+    IF cardinality(v_ids) = 0 THEN
+        RETURN v_ids;
+    END IF;
+    -- The lane count is read in the inserting statement: its snapshot is taken after the lock on
+    -- profile.inbox, so a concurrent change of updater.lanes (which locks the table) is seen whole.
+    WITH ins AS (
+        INSERT INTO profile.inbox (id, priority, lane, message) OVERRIDING SYSTEM VALUE
+        SELECT v_ids[e.ord], p_prio, profile_private.inbox_lane(e.m, n.lanes), e.m
+        FROM (SELECT settings_private.setting('updater.lanes', '64')::integer AS lanes) n,
+             jsonb_array_elements(p_messages) WITH ORDINALITY AS e(m, ord)
+        ORDER BY e.ord
+        RETURNING lane
+    )
+    SELECT array_agg(DISTINCT lane) INTO v_lanes FROM ins;
+    -- Wake idle workers when a lane had nothing waiting: behind waiting messages, the workers are
+    -- busy with the lane already. (A notifying commit takes a database-wide lock: notifying every
+    -- time would serialise concurrent enqueues and their WAL flushes.)
+    IF EXISTS (SELECT FROM unnest(v_lanes) AS ln(lane)
+               WHERE NOT EXISTS (SELECT FROM profile.inbox i
+                                 WHERE i.priority = p_prio AND i.lane = ln.lane AND i.id < v_ids[1])) THEN
+        PERFORM pg_notify('silo_inbox', CASE p_prio WHEN 0 THEN 'high' ELSE 'low' END);
+    END IF;
+    RETURN v_ids;
+END
+$$;
+COMMENT ON FUNCTION profile_private.inbox_add(jsonb, smallint) IS
+    'Inserts the messages of JSON array p_messages into profile.inbox, stream p_prio (0 high, 1 low), each in the lane of its _id (profile_private.inbox_lane, updater.lanes), and returns their ids, aligned with p_messages and increasing. Notifies silo_inbox (payload: high or low) when a lane it wrote to had no message waiting. Raises nothing of its own.';
+
 CREATE FUNCTION api.profile_enqueue(
     p_updates jsonb,
     p_priority text DEFAULT 'high',
@@ -86,8 +125,8 @@ CREATE FUNCTION api.profile_enqueue(
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_prio  smallint := profile_private.priority(p_priority);
-    v_lanes integer[];
+    v_prio smallint := profile_private.priority(p_priority);
+    v_ids  bigint[];
 BEGIN
     IF v_prio IS NULL THEN
         RAISE EXCEPTION 'priority must be high or low' USING ERRCODE = 'SLINV',
@@ -98,29 +137,11 @@ BEGIN
             DETAIL = format('got %s', coalesce(jsonb_typeof(p_updates), 'NULL')),
             HINT = 'Send one update message as an object or several as an array of objects.';
     END IF;
-    -- The lane count is read in the inserting statement: its snapshot is taken after the lock on
-    -- profile.inbox, so a concurrent change of updater.lanes (which locks the table) is seen whole.
-    WITH ins AS (
-        INSERT INTO profile.inbox (priority, lane, message)
-        SELECT v_prio, profile_private.inbox_lane(e.m, n.lanes), e.m
-        FROM (SELECT settings_private.setting('updater.lanes', '64')::integer AS lanes) n,
-             jsonb_array_elements(CASE WHEN jsonb_typeof(p_updates) = 'object'
-                                       THEN jsonb_build_array(p_updates) ELSE p_updates END)
-             WITH ORDINALITY AS e(m, ord)
-        ORDER BY e.ord
-        RETURNING id, lane
-    )
-    SELECT count(*)::integer, min(id), max(id), array_agg(DISTINCT lane)
-    INTO accepted, first_id, last_id, v_lanes
-    FROM ins;
-    -- Wake idle workers when a lane had nothing waiting: behind waiting messages, the workers are
-    -- busy with the lane already. (A notifying commit takes a database-wide lock: notifying every
-    -- time would serialise concurrent enqueues and their WAL flushes.)
-    IF EXISTS (SELECT FROM unnest(v_lanes) AS ln(lane)
-               WHERE NOT EXISTS (SELECT FROM profile.inbox i
-                                 WHERE i.priority = v_prio AND i.lane = ln.lane AND i.id < first_id)) THEN
-        PERFORM pg_notify('silo_inbox', p_priority);
-    END IF;
+    v_ids := profile_private.inbox_add(CASE WHEN jsonb_typeof(p_updates) = 'object'
+                                            THEN jsonb_build_array(p_updates) ELSE p_updates END, v_prio);
+    accepted := cardinality(v_ids);
+    first_id := v_ids[1];
+    last_id := v_ids[cardinality(v_ids)];
 END
 $$;
 COMMENT ON FUNCTION api.profile_enqueue(jsonb, text) IS
@@ -260,7 +281,7 @@ BEGIN
     IF v_mode = 'dead_letter' THEN
         SELECT array_agg(b.status ORDER BY b.ord), array_agg(coalesce(b.operation, 'invalid') ORDER BY b.ord)
         INTO v_status, v_ops
-        FROM api.profile_apply_batch(v_msgs) b;
+        FROM profile_private.apply_batch(v_msgs, NULL, true) b;
         v_done := v_ids;
     ELSE
         BEGIN

@@ -1,0 +1,187 @@
+-- Idempotency keys, for every domain's write routes. A write names itself with a key (HTTP: the
+-- Idempotency-Key header); the first request with a key is applied and its answer recorded in the
+-- same transaction; a repeat within the window (silo.settings idempotency.window) gets that answer
+-- and applies nothing. The same key with another request or body is refused (SLIDM): the client
+-- reused a key by mistake, and neither answer would be right.
+--
+-- Why a claim row written before the work, not a lookup after it: two repeats in flight at once
+-- both find no answer; the claim is an INSERT ... ON CONFLICT on the primary key, so the second
+-- waits for the first's transaction, then finds its answer (commit) or claims the key itself
+-- (rollback: nothing was applied). A write that fails as a whole records nothing, so a retry after
+-- a 503 applies it.
+--
+-- The request shape is shared: a write route of a domain takes a JSON array of requests, each
+-- {"<body>": ..., "token_id": 42, "idempotency_key": "..."}, so that concurrent requests joined
+-- into one call (group commit) keep their own keys and answers. idempotency_private.claim_requests
+-- checks and claims them in one pass; the domain applies the requests it returns as new or
+-- fresh, records the answers of the new ones (idempotency_private.record) and returns the stored
+-- answers of the others.
+
+CREATE SCHEMA idempotency_private;
+COMMENT ON SCHEMA idempotency_private IS 'Internals of idempotency keys (sql/idempotency/): not a public contract. Rebuilt with schema api.';
+
+CREATE TYPE idempotency_private.claimed AS (
+    request integer,
+    body    jsonb,
+    scope   text,
+    key     text,
+    outcome text,
+    answer  jsonb,
+    sqlstate text,
+    reason  text
+);
+COMMENT ON TYPE idempotency_private.claimed IS 'One request of a write call after idempotency_private.claim_requests: request (its position, from 1), body (the part the domain applies), scope and key (NULL without a key), outcome (fresh: no key, apply it; new: key claimed now, apply it and record its answer; replay: answer holds the first answer, apply nothing; repeat: the same key and request came earlier in this call, give it that request''s answer; refused: sqlstate and reason say why, apply nothing).';
+
+-- A token's keys never meet another token's; a psql session without a token gets its role's.
+CREATE FUNCTION idempotency_private.scope(p_token_id bigint)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN p_token_id IS NOT NULL THEN 'token:' || p_token_id ELSE 'role:' || session_user END;
+$$;
+COMMENT ON FUNCTION idempotency_private.scope(bigint) IS
+    'The scope of idempotency keys of a caller: token:{p_token_id}, or role:{session_user} when p_token_id is NULL (a psql session). Raises nothing.';
+
+-- Stripe's limit: 255 characters. Printable ASCII only, so that a key fits in an HTTP header
+-- as sent and reads the same in psql and in logs.
+CREATE FUNCTION idempotency_private.key_problem(p_key text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_key IS NULL OR p_key = '' THEN 'idempotency key must not be empty'
+                WHEN length(p_key) > 255 THEN format('idempotency key must be at most 255 characters, got %s', length(p_key))
+                WHEN p_key !~ '^[\x20-\x7e]+$' THEN 'idempotency key must be printable ASCII characters'
+           END;
+$$;
+COMMENT ON FUNCTION idempotency_private.key_problem(text) IS
+    'Why p_key is not a valid idempotency key (NULL or empty, over 255 characters, or not printable ASCII), or NULL when it is valid. Raises nothing.';
+
+-- Set-based for the checks (a call joins up to hundreds of requests); one INSERT per key for the
+-- claims, in (scope, key) order so that two calls claiming the same keys wait for each other
+-- instead of deadlocking.
+CREATE FUNCTION idempotency_private.claim_requests(p_requests jsonb, p_request text, p_body text, p_shapes text[])
+RETURNS idempotency_private.claimed[]
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_claims idempotency_private.claimed[];
+    v_window interval;
+    v_i      integer;
+    v_c      idempotency_private.claimed;
+    v_hash   bytea;
+    v_new    boolean;
+    v_row    silo.idempotency_keys;
+BEGIN
+    IF p_requests IS NULL OR jsonb_typeof(p_requests) <> 'array' THEN
+        RAISE EXCEPTION 'requests must be a JSON array' USING ERRCODE = 'SLINV',
+            DETAIL = format('got %s', coalesce(jsonb_typeof(p_requests), 'NULL'));
+    END IF;
+    SELECT array_agg(ROW(x.n, CASE WHEN x.problem IS NULL THEN x.r -> p_body END,
+                         CASE WHEN x.problem IS NULL AND x.key IS NOT NULL
+                              THEN idempotency_private.scope((x.r ->> 'token_id')::bigint) END,
+                         CASE WHEN x.problem IS NULL THEN x.key END,
+                         CASE WHEN x.problem IS NOT NULL THEN 'refused'
+                              WHEN x.key IS NULL THEN 'fresh' ELSE 'claim' END,
+                         NULL, x.problem[1], x.problem[2])::idempotency_private.claimed ORDER BY x.n)
+    INTO v_claims
+    FROM (
+        SELECT e.n::integer AS n, e.r, e.r ->> 'idempotency_key' AS key,
+               CASE WHEN jsonb_typeof(e.r) <> 'object'
+                        THEN ARRAY['SLINV', format('request %s must be a JSON object, got %s', e.n, jsonb_typeof(e.r))]
+                    WHEN NOT coalesce(jsonb_typeof(e.r -> p_body) = ANY (p_shapes), false)
+                        THEN ARRAY['SLINV', format('%s must be a JSON %s, got %s', p_body, array_to_string(p_shapes, ' or '),
+                                                   coalesce(jsonb_typeof(e.r -> p_body), 'nothing'))]
+                    WHEN coalesce(jsonb_typeof(e.r -> 'token_id'), 'null') NOT IN ('number', 'null')
+                         OR (jsonb_typeof(e.r -> 'token_id') = 'number' AND (e.r ->> 'token_id') !~ '^[0-9]{1,18}$')
+                        THEN ARRAY['SLINV', format('token_id of request %s must be a token id, got %s', e.n, e.r -> 'token_id')]
+                    WHEN coalesce(jsonb_typeof(e.r -> 'idempotency_key'), 'null') NOT IN ('string', 'null')
+                        THEN ARRAY['SLIDK', format('idempotency key must be a string, got %s', jsonb_typeof(e.r -> 'idempotency_key'))]
+                    WHEN e.r ? 'idempotency_key' AND jsonb_typeof(e.r -> 'idempotency_key') = 'string'
+                        THEN CASE WHEN idempotency_private.key_problem(e.r ->> 'idempotency_key') IS NOT NULL
+                                  THEN ARRAY['SLIDK', idempotency_private.key_problem(e.r ->> 'idempotency_key')] END
+               END AS problem
+        FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e(r, n)
+    ) x;
+    IF v_claims IS NULL THEN
+        RETURN '{}';
+    END IF;
+    IF NOT EXISTS (SELECT FROM unnest(v_claims) c WHERE c.outcome = 'claim') THEN
+        RETURN v_claims;
+    END IF;
+
+    v_window := settings_private.setting_interval('idempotency.window', '24 hours');
+    FOR v_i IN
+        SELECT c.request FROM unnest(v_claims) c WHERE c.outcome = 'claim' ORDER BY c.scope, c.key, c.request
+    LOOP
+        v_c := v_claims[v_i];
+        v_hash := sha256(convert_to(p_request || E'\n' || v_c.body::text, 'UTF8'));
+        -- A key past the window is claimed again, as if it were new.
+        v_new := false;
+        INSERT INTO silo.idempotency_keys AS k (scope, key, request, request_hash, answer, created)
+        VALUES (v_c.scope, v_c.key, p_request, v_hash, NULL, now())
+        ON CONFLICT (scope, key) DO UPDATE
+            SET request = excluded.request, request_hash = excluded.request_hash, answer = NULL, created = excluded.created
+            WHERE k.created < now() - v_window
+        RETURNING true INTO v_new;
+        IF coalesce(v_new, false) THEN
+            v_c.outcome := 'new';
+        ELSE
+            SELECT * INTO v_row FROM silo.idempotency_keys k WHERE k.scope = v_c.scope AND k.key = v_c.key;
+            IF v_row.request IS DISTINCT FROM p_request OR v_row.request_hash IS DISTINCT FROM v_hash THEN
+                v_c.outcome := 'refused';
+                v_c.sqlstate := 'SLIDM';
+                v_c.reason := format('idempotency key %s was first used at %s with another request (%s) or body; a key names one request',
+                                     v_c.key, v_row.created, v_row.request);
+            ELSIF v_row.answer IS NULL THEN
+                v_c.outcome := 'repeat';
+            ELSE
+                v_c.outcome := 'replay';
+                v_c.answer := v_row.answer;
+            END IF;
+        END IF;
+        v_claims[v_i] := v_c;
+    END LOOP;
+    RETURN v_claims;
+END
+$$;
+COMMENT ON FUNCTION idempotency_private.claim_requests(jsonb, text, text, text[]) IS
+    'Checks the requests of one write call and claims their idempotency keys in the caller''s transaction. p_requests: a JSON array of request objects {p_body: the part to apply, token_id: the caller''s token id (optional; its keys'' scope, else the session''s role), idempotency_key: optional, 1 to 255 printable ASCII characters}; p_request: what is asked besides the body (route and parameters); p_body: the name of the body''s field; p_shapes: the JSON types it may have. Returns one idempotency_private.claimed per request, in order (outcome fresh, new, replay, repeat or refused). A request is refused with SLINV when it is no object, its body is missing or of another type, or token_id is no integer; with SLIDK when its key is invalid; with SLIDM when its key was used within the window (silo.settings idempotency.window) for another request or body. Claiming waits for a transaction that claimed the same key and has not ended. Raises SLINV when p_requests is not a JSON array, or the window setting is invalid.';
+
+CREATE FUNCTION idempotency_private.record(p_scope text, p_key text, p_answer jsonb)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    UPDATE silo.idempotency_keys k SET answer = p_answer WHERE k.scope = p_scope AND k.key = p_key;
+$$;
+COMMENT ON FUNCTION idempotency_private.record(text, text, jsonb) IS
+    'Records p_answer as the answer of key p_key of scope p_scope, claimed in this transaction by idempotency_private.claim_requests. Returns nothing; raises nothing.';
+
+CREATE FUNCTION idempotency_private.answer(p_scope text, p_key text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT k.answer FROM silo.idempotency_keys k WHERE k.scope = p_scope AND k.key = p_key;
+$$;
+COMMENT ON FUNCTION idempotency_private.answer(text, text) IS
+    'The recorded answer of key p_key of scope p_scope (NULL: none). Raises nothing.';
+
+CREATE FUNCTION api.idempotency_trim(p_window interval DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_window interval := p_window;
+    v_n      bigint;
+BEGIN
+    IF v_window IS NULL THEN
+        v_window := settings_private.setting_interval('idempotency.window', '24 hours');
+    ELSIF v_window < interval '0' THEN
+        RAISE EXCEPTION 'idempotency window must not be negative, got %', v_window USING ERRCODE = 'SLINV';
+    END IF;
+    DELETE FROM silo.idempotency_keys k WHERE k.created < now() - v_window;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION api.idempotency_trim(interval) IS
+    'Deletes the idempotency keys older than p_window (default NULL: silo.settings idempotency.window, 24 hours when unset) from silo.idempotency_keys; a request with such a key counts as new anyway. Returns how many were deleted. Run periodically by silo work; from psql at will. Raises SLINV when p_window is negative or the setting is not a non-negative interval.';
