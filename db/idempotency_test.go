@@ -223,22 +223,26 @@ func TestIdempotencyKeyCommitsWithTheWrite(t *testing.T) {
 	// In flight: the repeat waits, then replays.
 	tx, err = pool.Begin(ctx)
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) }) // when the test fails before the commit
 	applyRequests(t, db.New(tx), request(incUpdate, 1, "fly"))
-	done := make(chan []db.ProfileApplyRequestsRow, 1)
+	type answer struct {
+		rows []db.ProfileApplyRequestsRow
+		err  error
+	}
+	done := make(chan answer, 1)
 	go func() {
 		rows, err := q.ProfileApplyRequests(ctx, db.ProfileApplyRequestsParams{Requests: []byte("[" + request(incUpdate, 1, "fly") + "]")})
-		if err != nil {
-			rows = nil
-		}
-		done <- rows
+		done <- answer{rows, err}
 	}()
 	select {
-	case <-done:
-		t.Fatal("the repeat did not wait for the first request's transaction")
+	case a := <-done:
+		t.Fatalf("the repeat did not wait for the first request's transaction: %v %v", a.rows, a.err)
 	case <-time.After(300 * time.Millisecond):
 	}
 	require.NoError(t, tx.Commit(ctx))
-	rows := <-done
+	a := <-done
+	require.NoError(t, a.err)
+	rows := a.rows
 	require.Len(t, rows, 1)
 	require.True(t, rows[0].Replayed)
 	require.Equal(t, "2", counter(t, pool, "k1"))

@@ -24,7 +24,8 @@ type Config struct {
 	// DeadLetterRetention: dead letters resolved longer ago than this are trimmed (0: never, the
 	// trim job is not scheduled).
 	DeadLetterRetention time.Duration
-	// MaintenanceInterval is how often the dead-letter trim runs (default an hour).
+	// MaintenanceInterval is how often the dead-letter and idempotency-key trims run (default an
+	// hour).
 	MaintenanceInterval time.Duration
 	// ReaperInterval is how often the reaper runs (0: DefaultReaperInterval; negative: never).
 	ReaperInterval time.Duration
@@ -71,8 +72,13 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 	river.AddWorker(workers, &DeadLetterTrimWorker{queries: db.New(pool), retention: cfg.DeadLetterRetention})
 	river.AddWorker(workers, &ReaperWorker{queries: db.New(pool), budget: cfg.ReaperBudget, logger: cfg.Logger})
 	river.AddWorker(workers, &ChangeTrimWorker{queries: db.New(pool), logger: cfg.Logger})
+	river.AddWorker(workers, &IdempotencyTrimWorker{queries: db.New(pool), logger: cfg.Logger})
 
-	periodic := []*river.PeriodicJob{}
+	periodic := []*river.PeriodicJob{river.NewPeriodicJob(
+		river.PeriodicInterval(cfg.MaintenanceInterval),
+		func() (river.JobArgs, *river.InsertOpts) { return IdempotencyTrimArgs{}, nil },
+		&river.PeriodicJobOpts{RunOnStart: true, ID: "idempotency_trim"},
+	)}
 	if cfg.DeadLetterRetention > 0 {
 		periodic = append(periodic, river.NewPeriodicJob(
 			river.PeriodicInterval(cfg.MaintenanceInterval),
