@@ -10,10 +10,10 @@
 //	middleware.go                  request logging, metrics and panics (instrument)
 //	auth.go                        token → identity (api.token_authenticate), writer and admin checks
 //	respond.go                     reading bodies and parameters, JSON answers, fail
-//	server.go, metrics.go,         the server type and its Config, its metrics, the identity cache,
-//	auth_cache.go,                 the profile update batcher and its retry of deadlocked batches,
-//	profile_batcher.go,            and the SQLSTATE → HTTP table
-//	profile_retry.go, errors.go,
+//	join.go                        joining concurrent write requests into one call (group commit),
+//	                               each with its idempotency key; retry of deadlocked calls
+//	server.go, metrics.go,         the server type and its Config, its metrics, the identity cache
+//	auth_cache.go, errors.go,      and the SQLSTATE → HTTP table
 //	*_errors.go
 //
 // Change notifications belong to package change: its Hub holds the process's LISTEN connection
