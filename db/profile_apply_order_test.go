@@ -145,3 +145,77 @@ func TestProfileApplyAfterALockWaitGetsLaterTime(t *testing.T) {
 		WHERE correlation_id = 'wait' AND value #>> '{}' = 'first'`).Scan(&firstIn))
 	require.GreaterOrEqual(t, latestIn, firstIn, "the value written last is not older than the one it replaced")
 }
+
+// A writer that read the clock and then waited (here for the lock of another grain of its batch)
+// while a concurrent writer created a grain it writes too, does not give its value an earlier
+// time than the value the other writer created: the upsert's conflict path follows the same rule
+// as an update of an existing grain.
+func TestProfileApplyOverAConcurrentNewGrainGetsLaterTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	_, err := pool.Exec(ctx, `SELECT api.profile_apply('{"_id": "held", "_path": ["g"], "_value": {"_v": "zero", "_in": 1000}}')`)
+	require.NoError(t, err)
+
+	holder, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(ctx)
+	_, err = holder.Exec(ctx, `SELECT 1 FROM profile.profilestore WHERE correlation_id = 'held' FOR UPDATE`)
+	require.NoError(t, err)
+
+	// The late writer reads the clock, then waits for the held grain, which its batch archives.
+	late, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer late.Release()
+	var pid int
+	require.NoError(t, late.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	done := make(chan error, 1)
+	go func() {
+		_, err := late.Exec(ctx, `SELECT * FROM api.profile_apply_batch('[
+			{"_id": "held", "_path": ["g"], "_operation": "_set_with_history", "_value": {"_v": "late"}},
+			{"_id": "fresh", "_path": ["g"], "_value": {"_v": "late"}},
+			{"_id": "fresh", "_path": ["n"], "_operation": "_inc", "_value": {"_v": "0|1|1"}}]')`)
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
+		if waiting {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the late writer did not wait for the lock")
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	// Meanwhile another writer creates the grains.
+	_, err = pool.Exec(ctx, `SELECT * FROM api.profile_apply_batch('[
+		{"_id": "fresh", "_path": ["g"], "_value": {"_v": "early"}},
+		{"_id": "fresh", "_path": ["n"], "_operation": "_inc", "_value": {"_v": "0|1|1"}}]')`)
+	require.NoError(t, err)
+	var earlyIn int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT max(inserted) FROM profile.profilestore WHERE correlation_id = 'fresh'`).Scan(&earlyIn))
+	require.NoError(t, holder.Commit(ctx))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the late writer did not finish")
+	}
+
+	rows, err := pool.Query(ctx, `SELECT path, value::text, inserted FROM profile.profilestore
+		WHERE correlation_id = 'fresh' AND pit = '_latest' ORDER BY path`)
+	require.NoError(t, err)
+	type grain struct {
+		Path, Value string
+		Inserted    int64
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[grain])
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, `"late"`, got[0].Value, "the later write wins")
+	require.Contains(t, got[1].Value, `"_current": 2`, "the counter adds up")
+	for _, g := range got {
+		require.GreaterOrEqual(t, g.Inserted, earlyIn, "%s: written after the value it replaced", g.Path)
+	}
+}

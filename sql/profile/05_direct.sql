@@ -180,15 +180,17 @@ BEGIN
                          ELSE EXCLUDED.value END,
             certainty = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.certainty ELSE EXCLUDED.certainty END,
             grain_type = EXCLUDED.grain_type,
-            inserted = EXCLUDED.inserted,
+            -- A default _in never goes back before the value a concurrent writer created meanwhile
+            -- (as in upd above).
+            inserted = greatest(EXCLUDED.inserted, CASE WHEN EXCLUDED.inserted = p_now THEN p.inserted END),
             ttl = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.ttl ELSE EXCLUDED.ttl END,
             reader = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.reader ELSE EXCLUDED.reader END,
             origin = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.origin ELSE EXCLUDED.origin END,
             ttn = CASE WHEN EXCLUDED.grain_type = 'c' THEN p.ttn ELSE EXCLUDED.ttn END,
-            expires_at = CASE WHEN EXCLUDED.grain_type = 'c' THEN profile_private.expiry(EXCLUDED.inserted, p.ttl)
-                              ELSE EXCLUDED.expires_at END,
-            notify_at = CASE WHEN EXCLUDED.grain_type = 'c' THEN profile_private.expiry(EXCLUDED.inserted, p.ttn)
-                             ELSE EXCLUDED.notify_at END
+            expires_at = profile_private.expiry(greatest(EXCLUDED.inserted, CASE WHEN EXCLUDED.inserted = p_now THEN p.inserted END),
+                                                CASE WHEN EXCLUDED.grain_type = 'c' THEN p.ttl ELSE EXCLUDED.ttl END),
+            notify_at = profile_private.expiry(greatest(EXCLUDED.inserted, CASE WHEN EXCLUDED.inserted = p_now THEN p.inserted END),
+                                               CASE WHEN EXCLUDED.grain_type = 'c' THEN p.ttn ELSE EXCLUDED.ttn END)
         WHERE p.grain_type = EXCLUDED.grain_type
         RETURNING p.correlation_id, p.profile_type, p.path, p.reader,
                   CASE WHEN p.xmax = 0 THEN (SELECT jsonb_build_array(p.correlation_id, p.profile_type, p.path, h.grain_type)

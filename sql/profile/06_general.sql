@@ -186,8 +186,11 @@ BEGIN
         WHERE d.st = 'ok' AND d.o_tid IS NULL
         ON CONFLICT (correlation_id, profile_type, path, pit) DO UPDATE
         SET value = EXCLUDED.value, certainty = EXCLUDED.certainty, grain_type = EXCLUDED.grain_type,
-            inserted = EXCLUDED.inserted, ttl = EXCLUDED.ttl, reader = EXCLUDED.reader, origin = EXCLUDED.origin,
-            ttn = EXCLUDED.ttn, expires_at = EXCLUDED.expires_at, notify_at = EXCLUDED.notify_at
+            -- A default _in never goes back before the value a concurrent writer created meanwhile.
+            inserted = greatest(EXCLUDED.inserted, CASE WHEN EXCLUDED.inserted = p_now THEN p.inserted END),
+            ttl = EXCLUDED.ttl, reader = EXCLUDED.reader, origin = EXCLUDED.origin, ttn = EXCLUDED.ttn,
+            expires_at = profile_private.expiry(greatest(EXCLUDED.inserted, CASE WHEN EXCLUDED.inserted = p_now THEN p.inserted END), EXCLUDED.ttl),
+            notify_at = profile_private.expiry(greatest(EXCLUDED.inserted, CASE WHEN EXCLUDED.inserted = p_now THEN p.inserted END), EXCLUDED.ttn)
         WHERE p.grain_type = EXCLUDED.grain_type
         RETURNING p.correlation_id, p.profile_type, p.path, p.reader,
                   CASE WHEN p.xmax = 0 THEN (SELECT h.grain_type::text FROM profile.profilestore h
