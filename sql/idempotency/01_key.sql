@@ -4,12 +4,14 @@
 -- and applies nothing. The same key with another request or body is refused (SLIDM): the client
 -- reused a key by mistake, and neither answer would be right.
 --
--- Why a claim row written before the work, not a lookup after it: two repeats in flight at once
--- both find no answer; the claim is an INSERT ... ON CONFLICT on the primary key, so the second
--- waits for the first's transaction, then finds its answer (commit) or claims the key itself
--- (rollback: nothing was applied). A write that fails as a whole records nothing, so a retry after
--- a 503 applies it.
---
+-- Why a lock before the work, not a lookup after it: two repeats in flight at once would both find
+-- no answer. A call takes a transaction advisory lock per key (in lock order, so two calls that
+-- claim the same keys wait for each other instead of deadlocking), then looks the keys up: a
+-- repeat sent while the first request runs waits for its transaction, then finds its answer
+-- (commit) or nothing (rollback: nothing was applied, so the repeat applies). The answers are
+-- inserted in one statement at the end, in the transaction of the write: a write that fails as a
+-- whole records nothing, so a retry after a 503 applies it.
+
 -- The request shape is shared: a write route of a domain takes a JSON array of requests, each
 -- {"<body>": ..., "token_id": 42, "idempotency_key": "..."}, so that concurrent requests joined
 -- into one call (group commit) keep their own keys and answers. idempotency_private.claim_requests
@@ -21,16 +23,18 @@ CREATE SCHEMA idempotency_private;
 COMMENT ON SCHEMA idempotency_private IS 'Internals of idempotency keys (sql/idempotency/): not a public contract. Rebuilt with schema api.';
 
 CREATE TYPE idempotency_private.claimed AS (
-    request integer,
-    body    jsonb,
-    scope   text,
-    key     text,
-    outcome text,
-    answer  jsonb,
+    request  integer,
+    body     jsonb,
+    scope    text,
+    key      text,
+    hash     bytea,
+    outcome  text,
+    answer   jsonb,
+    repeats  integer,
     sqlstate text,
-    reason  text
+    reason   text
 );
-COMMENT ON TYPE idempotency_private.claimed IS 'One request of a write call after idempotency_private.claim_requests: request (its position, from 1), body (the part the domain applies), scope and key (NULL without a key), outcome (fresh: no key, apply it; new: key claimed now, apply it and record its answer; replay: answer holds the first answer, apply nothing; repeat: the same key and request came earlier in this call, give it that request''s answer; refused: sqlstate and reason say why, apply nothing).';
+COMMENT ON TYPE idempotency_private.claimed IS 'One request of a write call after idempotency_private.claim_requests: request (its position, from 1), body (the part the domain applies), scope, key and hash (of the request and body; NULL without a key), outcome (fresh: no key, apply it; new: key claimed, apply it and set answer for idempotency_private.record; replay: answer holds the first answer, apply nothing; repeat: the same key and request came earlier in this call, as request repeats: give it that request''s answer; refused: sqlstate and reason say why, apply nothing).';
 
 -- A token's keys never meet another token's; a psql session without a token gets its role's.
 CREATE FUNCTION idempotency_private.scope(p_token_id bigint)
@@ -56,9 +60,9 @@ $$;
 COMMENT ON FUNCTION idempotency_private.key_problem(text) IS
     'Why p_key is not a valid idempotency key (NULL or empty, over 255 characters, or not printable ASCII), or NULL when it is valid. Raises nothing.';
 
--- Set-based for the checks (a call joins up to hundreds of requests); one INSERT per key for the
--- claims, in (scope, key) order so that two calls claiming the same keys wait for each other
--- instead of deadlocking.
+-- Set-based: a call joins up to hundreds of requests, and a statement per key would cost more than
+-- the updates. The advisory locks live in their own space (two-key form, first key fixed), taken
+-- in lock-id order.
 CREATE FUNCTION idempotency_private.claim_requests(p_requests jsonb, p_request text, p_body text, p_shapes text[])
 RETURNS idempotency_private.claimed[]
 LANGUAGE plpgsql VOLATILE
@@ -66,11 +70,6 @@ AS $$
 DECLARE
     v_claims idempotency_private.claimed[];
     v_window interval;
-    v_i      integer;
-    v_c      idempotency_private.claimed;
-    v_hash   bytea;
-    v_new    boolean;
-    v_row    silo.idempotency_keys;
 BEGIN
     IF p_requests IS NULL OR jsonb_typeof(p_requests) <> 'array' THEN
         RAISE EXCEPTION 'requests must be a JSON array' USING ERRCODE = 'SLINV',
@@ -80,9 +79,11 @@ BEGIN
                          CASE WHEN x.problem IS NULL AND x.key IS NOT NULL
                               THEN idempotency_private.scope((x.r ->> 'token_id')::bigint) END,
                          CASE WHEN x.problem IS NULL THEN x.key END,
+                         CASE WHEN x.problem IS NULL AND x.key IS NOT NULL
+                              THEN sha256(convert_to(p_request || E'\n' || (x.r -> p_body)::text, 'UTF8')) END,
                          CASE WHEN x.problem IS NOT NULL THEN 'refused'
-                              WHEN x.key IS NULL THEN 'fresh' ELSE 'claim' END,
-                         NULL, x.problem[1], x.problem[2])::idempotency_private.claimed ORDER BY x.n)
+                              WHEN x.key IS NULL THEN 'fresh' ELSE 'new' END,
+                         NULL, NULL, x.problem[1], x.problem[2])::idempotency_private.claimed ORDER BY x.n)
     INTO v_claims
     FROM (
         SELECT e.n::integer AS n, e.r, e.r ->> 'idempotency_key' AS key,
@@ -96,74 +97,76 @@ BEGIN
                         THEN ARRAY['SLINV', format('token_id of request %s must be a token id, got %s', e.n, e.r -> 'token_id')]
                     WHEN coalesce(jsonb_typeof(e.r -> 'idempotency_key'), 'null') NOT IN ('string', 'null')
                         THEN ARRAY['SLIDK', format('idempotency key must be a string, got %s', jsonb_typeof(e.r -> 'idempotency_key'))]
-                    WHEN e.r ? 'idempotency_key' AND jsonb_typeof(e.r -> 'idempotency_key') = 'string'
-                        THEN CASE WHEN idempotency_private.key_problem(e.r ->> 'idempotency_key') IS NOT NULL
-                                  THEN ARRAY['SLIDK', idempotency_private.key_problem(e.r ->> 'idempotency_key')] END
+                    WHEN jsonb_typeof(e.r -> 'idempotency_key') = 'string'
+                         AND idempotency_private.key_problem(e.r ->> 'idempotency_key') IS NOT NULL
+                        THEN ARRAY['SLIDK', idempotency_private.key_problem(e.r ->> 'idempotency_key')]
                END AS problem
         FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e(r, n)
     ) x;
     IF v_claims IS NULL THEN
         RETURN '{}';
     END IF;
-    IF NOT EXISTS (SELECT FROM unnest(v_claims) c WHERE c.outcome = 'claim') THEN
+    IF NOT EXISTS (SELECT FROM unnest(v_claims) c WHERE c.outcome = 'new') THEN
         RETURN v_claims;
     END IF;
 
+    PERFORM pg_advisory_xact_lock(1769235817, l.id)
+    FROM (SELECT DISTINCT hashtext(c.scope || E'\n' || c.key) AS id
+          FROM unnest(v_claims) c WHERE c.outcome = 'new' ORDER BY 1) l;
+
+    -- After the locks, a new snapshot: the keys committed by the calls waited for. A key past the
+    -- window counts as new (its row is replaced when the answer is recorded).
     v_window := settings_private.setting_interval('idempotency.window', '24 hours');
-    FOR v_i IN
-        SELECT c.request FROM unnest(v_claims) c WHERE c.outcome = 'claim' ORDER BY c.scope, c.key, c.request
-    LOOP
-        v_c := v_claims[v_i];
-        v_hash := sha256(convert_to(p_request || E'\n' || v_c.body::text, 'UTF8'));
-        -- A key past the window is claimed again, as if it were new.
-        v_new := false;
-        INSERT INTO silo.idempotency_keys AS k (scope, key, request, request_hash, answer, created)
-        VALUES (v_c.scope, v_c.key, p_request, v_hash, NULL, now())
-        ON CONFLICT (scope, key) DO UPDATE
-            SET request = excluded.request, request_hash = excluded.request_hash, answer = NULL, created = excluded.created
-            WHERE k.created < now() - v_window
-        RETURNING true INTO v_new;
-        IF coalesce(v_new, false) THEN
-            v_c.outcome := 'new';
-        ELSE
-            SELECT * INTO v_row FROM silo.idempotency_keys k WHERE k.scope = v_c.scope AND k.key = v_c.key;
-            IF v_row.request IS DISTINCT FROM p_request OR v_row.request_hash IS DISTINCT FROM v_hash THEN
-                v_c.outcome := 'refused';
-                v_c.sqlstate := 'SLIDM';
-                v_c.reason := format('idempotency key %s was first used at %s with another request (%s) or body; a key names one request',
-                                     v_c.key, v_row.created, v_row.request);
-            ELSIF v_row.answer IS NULL THEN
-                v_c.outcome := 'repeat';
-            ELSE
-                v_c.outcome := 'replay';
-                v_c.answer := v_row.answer;
-            END IF;
-        END IF;
-        v_claims[v_i] := v_c;
-    END LOOP;
+    SELECT array_agg(ROW(c.request, c.body, c.scope, c.key, c.hash,
+                         CASE WHEN c.outcome <> 'new' THEN c.outcome
+                              WHEN coalesce(k.request <> p_request OR k.request_hash <> c.hash, f.hash <> c.hash, false)
+                              THEN 'refused'
+                              WHEN k.key IS NOT NULL THEN 'replay'
+                              WHEN f.request IS NOT NULL THEN 'repeat'
+                              ELSE 'new' END,
+                         CASE WHEN c.outcome = 'new' THEN k.answer END,
+                         f.request,
+                         CASE WHEN c.outcome <> 'new' THEN c.sqlstate
+                              WHEN coalesce(k.request <> p_request OR k.request_hash <> c.hash, f.hash <> c.hash, false)
+                              THEN 'SLIDM' END,
+                         CASE WHEN c.outcome <> 'new' THEN c.reason
+                              WHEN coalesce(k.request <> p_request OR k.request_hash <> c.hash, false)
+                              THEN format('idempotency key %s was first used at %s with another request (%s) or body; a key names one request',
+                                          c.key, k.created, k.request)
+                              WHEN coalesce(f.hash <> c.hash, false)
+                              THEN format('idempotency key %s is used by request %s of this call with another body; a key names one request',
+                                          c.key, f.request)
+                         END)::idempotency_private.claimed ORDER BY c.request)
+    INTO v_claims
+    FROM unnest(v_claims) c
+    LEFT JOIN silo.idempotency_keys k
+      ON c.outcome = 'new' AND k.scope = c.scope AND k.key = c.key AND k.created >= now() - v_window
+    LEFT JOIN LATERAL (
+        SELECT e.request, e.hash FROM unnest(v_claims) e
+        WHERE c.outcome = 'new' AND e.outcome = 'new' AND e.scope = c.scope AND e.key = c.key AND e.request < c.request
+        ORDER BY e.request LIMIT 1) f ON true;
     RETURN v_claims;
 END
 $$;
 COMMENT ON FUNCTION idempotency_private.claim_requests(jsonb, text, text, text[]) IS
-    'Checks the requests of one write call and claims their idempotency keys in the caller''s transaction. p_requests: a JSON array of request objects {p_body: the part to apply, token_id: the caller''s token id (optional; its keys'' scope, else the session''s role), idempotency_key: optional, 1 to 255 printable ASCII characters}; p_request: what is asked besides the body (route and parameters); p_body: the name of the body''s field; p_shapes: the JSON types it may have. Returns one idempotency_private.claimed per request, in order (outcome fresh, new, replay, repeat or refused). A request is refused with SLINV when it is no object, its body is missing or of another type, or token_id is no integer; with SLIDK when its key is invalid; with SLIDM when its key was used within the window (silo.settings idempotency.window) for another request or body. Claiming waits for a transaction that claimed the same key and has not ended. Raises SLINV when p_requests is not a JSON array, or the window setting is invalid.';
+    'Checks the requests of one write call and claims their idempotency keys in the caller''s transaction. p_requests: a JSON array of request objects {p_body: the part to apply, token_id: the caller''s token id (optional; its keys'' scope, else the session''s role), idempotency_key: optional, 1 to 255 printable ASCII characters}; p_request: what is asked besides the body (route and parameters); p_body: the name of the body''s field; p_shapes: the JSON types it may have. Returns one idempotency_private.claimed per request, in order (outcome fresh, new, replay, repeat or refused). A request is refused with SLINV when it is no object, its body is missing or of another type, or token_id is no integer; with SLIDK when its key is invalid; with SLIDM when its key was used within the window (silo.settings idempotency.window) for another request or body, or by an earlier request of the call with another body. Holds a transaction advisory lock per key (class 1769235817, hashtext of scope and key) to the end of the transaction, and waits for another transaction that holds it. Raises SLINV when p_requests is not a JSON array, or the window setting is invalid.';
 
-CREATE FUNCTION idempotency_private.record(p_scope text, p_key text, p_answer jsonb)
+-- One statement for all the answers of a call. A row there already is a key past the window
+-- (claim_requests saw no live one under the lock): it is replaced.
+CREATE FUNCTION idempotency_private.record(p_claims idempotency_private.claimed[], p_request text)
 RETURNS void
 LANGUAGE sql VOLATILE
 AS $$
-    UPDATE silo.idempotency_keys k SET answer = p_answer WHERE k.scope = p_scope AND k.key = p_key;
+    INSERT INTO silo.idempotency_keys AS k (scope, key, request, request_hash, answer, created)
+    SELECT c.scope, c.key, p_request, c.hash, c.answer, now()
+    FROM unnest(p_claims) c
+    WHERE c.outcome = 'new' AND c.answer IS NOT NULL
+    ON CONFLICT (scope, key) DO UPDATE
+    SET request = excluded.request, request_hash = excluded.request_hash, answer = excluded.answer,
+        created = excluded.created;
 $$;
-COMMENT ON FUNCTION idempotency_private.record(text, text, jsonb) IS
-    'Records p_answer as the answer of key p_key of scope p_scope, claimed in this transaction by idempotency_private.claim_requests. Returns nothing; raises nothing.';
-
-CREATE FUNCTION idempotency_private.answer(p_scope text, p_key text)
-RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT k.answer FROM silo.idempotency_keys k WHERE k.scope = p_scope AND k.key = p_key;
-$$;
-COMMENT ON FUNCTION idempotency_private.answer(text, text) IS
-    'The recorded answer of key p_key of scope p_scope (NULL: none). Raises nothing.';
+COMMENT ON FUNCTION idempotency_private.record(idempotency_private.claimed[], text) IS
+    'Records the answers of the keys claimed by idempotency_private.claim_requests: every element of p_claims with outcome new and an answer, with p_request (what was asked besides the body). Returns nothing; raises nothing (no 23505: the claim''s lock is held).';
 
 CREATE FUNCTION api.idempotency_trim(p_window interval DEFAULT NULL)
 RETURNS bigint

@@ -63,11 +63,17 @@ BEGIN
     END IF;
 
     -- The answers of the keys claimed now, in the same transaction as the updates.
-    PERFORM idempotency_private.record(c.scope, c.key,
-               coalesce((SELECT jsonb_agg(to_jsonb(r) - 'request' - 'replayed' ORDER BY r.ord)
-                         FROM unnest(v_res) AS r WHERE r.request = c.request), '[]'))
-    FROM unnest(v_claims) AS c
-    WHERE c.outcome = 'new';
+    IF EXISTS (SELECT FROM unnest(v_claims) AS c WHERE c.outcome IN ('new', 'repeat')) THEN
+        v_claims := ARRAY(
+            SELECT ROW(c.request, c.body, c.scope, c.key, c.hash, c.outcome,
+                       CASE WHEN c.outcome = 'new' THEN coalesce(a.answer, '[]') ELSE c.answer END,
+                       c.repeats, c.sqlstate, c.reason)::idempotency_private.claimed
+            FROM unnest(v_claims) AS c
+            LEFT JOIN (SELECT r.request, jsonb_agg(to_jsonb(r) - 'request' - 'replayed' ORDER BY r.ord) AS answer
+                       FROM unnest(v_res) AS r GROUP BY r.request) a ON a.request = c.request
+            ORDER BY c.request);
+        PERFORM idempotency_private.record(v_claims, 'POST /profile-updates');
+    END IF;
 
     RETURN QUERY
     SELECT x.* FROM (
@@ -75,7 +81,7 @@ BEGIN
         UNION ALL
         SELECT p.* FROM unnest(v_claims) AS c
         CROSS JOIN LATERAL profile_private.request_replay(
-            c.request, CASE WHEN c.outcome = 'replay' THEN c.answer ELSE idempotency_private.answer(c.scope, c.key) END) AS p
+            c.request, CASE WHEN c.outcome = 'replay' THEN c.answer ELSE v_claims[c.repeats].answer END) AS p
         WHERE c.outcome IN ('replay', 'repeat')
         UNION ALL
         SELECT c.request, NULL, 'refused', NULL, NULL, c.sqlstate, c.reason, NULL, false
@@ -94,6 +100,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_prio    smallint := profile_private.priority(p_priority);
+    v_request text := 'POST /profile-updates mode=async priority=' || p_priority;
     v_claims  idempotency_private.claimed[];
     v_updates jsonb;
     v_req_of  integer[];
@@ -104,8 +111,7 @@ BEGIN
         RAISE EXCEPTION 'priority must be high or low' USING ERRCODE = 'SLINV',
             DETAIL = format('got %s', coalesce(p_priority, 'NULL'));
     END IF;
-    v_claims := idempotency_private.claim_requests(p_requests, 'POST /profile-updates mode=async priority=' || p_priority,
-                                                   'updates', '{object,array}');
+    v_claims := idempotency_private.claim_requests(p_requests, v_request, 'updates', '{object,array}');
 
     SELECT jsonb_agg(u.m ORDER BY c.request, u.n), array_agg(c.request ORDER BY c.request, u.n)
     INTO v_updates, v_req_of
@@ -125,11 +131,18 @@ BEGIN
         WHERE c.outcome IN ('fresh', 'new')
         GROUP BY c.request);
 
-    PERFORM idempotency_private.record(c.scope, c.key,
-               (SELECT jsonb_build_object('accepted', r.accepted, 'first_id', r.first_id, 'last_id', r.last_id)
-                FROM unnest(v_res) AS r WHERE r.request = c.request))
-    FROM unnest(v_claims) AS c
-    WHERE c.outcome = 'new';
+    IF EXISTS (SELECT FROM unnest(v_claims) AS c WHERE c.outcome IN ('new', 'repeat')) THEN
+        v_claims := ARRAY(
+            SELECT ROW(c.request, c.body, c.scope, c.key, c.hash, c.outcome,
+                       CASE WHEN c.outcome = 'new'
+                            THEN jsonb_build_object('accepted', r.accepted, 'first_id', r.first_id, 'last_id', r.last_id)
+                            ELSE c.answer END,
+                       c.repeats, c.sqlstate, c.reason)::idempotency_private.claimed
+            FROM unnest(v_claims) AS c
+            LEFT JOIN unnest(v_res) AS r ON r.request = c.request
+            ORDER BY c.request);
+        PERFORM idempotency_private.record(v_claims, v_request);
+    END IF;
 
     RETURN QUERY
     SELECT x.* FROM (
@@ -139,7 +152,7 @@ BEGIN
                (a.answer ->> 'last_id')::bigint, true, NULL, NULL
         FROM unnest(v_claims) AS c
         CROSS JOIN LATERAL (SELECT CASE WHEN c.outcome = 'replay' THEN c.answer
-                                        ELSE idempotency_private.answer(c.scope, c.key) END AS answer) a
+                                        ELSE v_claims[c.repeats].answer END AS answer) a
         WHERE c.outcome IN ('replay', 'repeat')
         UNION ALL
         SELECT c.request, NULL, NULL, NULL, false, c.sqlstate, c.reason
