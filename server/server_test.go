@@ -230,6 +230,24 @@ func TestBadBodies(t *testing.T) {
 		require.Equal(t, 400, code, body)
 		require.Equal(t, "invalid-request-structure", errID(resp), body)
 	}
+	// A lone UTF-16 surrogate passes Go's JSON check, but PostgreSQL refuses it: 400 for that
+	// request alone, whatever it was joined with.
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, resp := b.do(t, "POST", "/profile-updates", w, fmt.Sprintf(`{"_id":"s%d","_path":["p"],"_value":{"_v":"v"}}`, i))
+			require.Equal(t, 200, code, resp)
+		}()
+	}
+	for _, mode := range []string{"", "?mode=async"} {
+		code, resp := b.do(t, "POST", "/profile-updates"+mode, w, `{"_id":"a","_path":["p"],"_value":{"_v":"\ud800"}}`)
+		require.Equal(t, 400, code, resp)
+		require.Equal(t, "invalid-parameters-format", errID(resp))
+	}
+	wg.Wait()
+
 	// Elements that are not objects are dead letters, not request errors.
 	code, resp := b.do(t, "POST", "/profile-updates", w, `[1, "x", null, {"_id":"ok","_path":["p"],"_value":{"_v":"v"}}]`)
 	require.Equal(t, 200, code)
