@@ -95,7 +95,8 @@ bench: deps build
 
 # Fuzz the parsers (profile update validation in SQL, the HTTP body handling).
 fuzz: deps build
-	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzProfileApply -fuzztime $(FUZZTIME)
+	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz 'FuzzProfileApply$$' -fuzztime $(FUZZTIME)
+	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzProfileApplyRequests -fuzztime $(FUZZTIME)
 	./$(SILO) tempdb -- $(GO) test ./server -run '^$$' -fuzz FuzzProfileUpdates -fuzztime $(FUZZTIME)
 
 clean:

@@ -5,9 +5,11 @@ package db_test
 // keys are per token; the key commits with the write or not at all.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -246,4 +248,70 @@ func TestIdempotencyKeyCommitsWithTheWrite(t *testing.T) {
 	require.Len(t, rows, 1)
 	require.True(t, rows[0].Replayed)
 	require.Equal(t, "2", counter(t, pool, "k1"))
+}
+
+// FuzzProfileApplyRequests feeds arbitrary request arrays to api.profile_apply_requests. Whatever
+// it gets, it raises only SLINV (for input that is no JSON array) and otherwise answers every
+// request: a refused row with SLINV, SLIDK or SLIDM, or its results, in request order.
+//
+//	go test ./db/ -run '^$' -fuzz FuzzProfileApplyRequests -fuzztime 60s
+func FuzzProfileApplyRequests(f *testing.F) {
+	for _, s := range []string{
+		`[{"updates": {"_id":"f","_path":["p"],"_value":{"_v":"x"}}, "token_id": 1, "idempotency_key": "a"}]`,
+		`[{"updates": [], "idempotency_key": "a"}, {"updates": [], "idempotency_key": "a"}, {"updates": [1]}]`,
+		`[{"updates": {"_id":"f"}, "idempotency_key": ""}, {"updates": 7}, 3, null, {"token_id": -1, "updates": {}}]`,
+		`[{"updates": [{"_id":"f","_path":["c"],"_operation":"_inc","_value":{"_v":"0|1|1"}}], "idempotency_key": "k", "token_id": 99999999999999999999}]`,
+		`{"updates": []}`,
+		`[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ctx := context.Background()
+		tx := dbtest.Tx(t)
+		if !json.Valid(data) || dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `SELECT $1::text::jsonb`, string(data))
+			return err
+		}) != nil {
+			return // not the function's input
+		}
+		var reqs []json.RawMessage
+		isArray := bytes.HasPrefix(bytes.TrimSpace(data), []byte("[")) && json.Unmarshal(data, &reqs) == nil
+		var rows []db.ProfileApplyRequestsRow
+		err := dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
+			var err error
+			rows, err = db.New(tx).ProfileApplyRequests(ctx, db.ProfileApplyRequestsParams{Requests: data})
+			return err
+		})
+		if !isArray {
+			requireSQLState(t, err, "SLINV")
+			return
+		}
+		require.NoError(t, err)
+		seen := map[int32]bool{}
+		last := int32(0)
+		for _, r := range rows {
+			require.GreaterOrEqual(t, r.Request, last, "request order")
+			require.LessOrEqual(t, r.Request, int32(len(reqs)))
+			last = r.Request
+			seen[r.Request] = true
+			if r.Status == "refused" {
+				require.Contains(t, []string{"SLINV", "SLIDK", "SLIDM"}, *r.SQLState)
+				require.NotEmpty(t, *r.Reason)
+				continue
+			}
+			require.Contains(t, []string{"ok", "noop", "dead_letter"}, r.Status)
+		}
+		// A request without a row applied nothing: an empty array of updates.
+		for i, raw := range reqs {
+			if seen[int32(i+1)] {
+				continue
+			}
+			var req struct {
+				Updates json.RawMessage `json:"updates"`
+			}
+			require.NoError(t, json.Unmarshal(raw, &req), "request %d has no row", i+1)
+			require.Equal(t, "[]", strings.ReplaceAll(string(bytes.TrimSpace(req.Updates)), " ", ""), "request %d has no row", i+1)
+		}
+	})
 }
