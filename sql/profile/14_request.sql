@@ -42,23 +42,33 @@ DECLARE
     v_claims  idempotency_private.claimed[];
     v_updates jsonb;
     v_req_of  integer[];
+    v_ord_in  integer[];
     v_res     api.profile_request_results[];
 BEGIN
     v_claims := idempotency_private.claim_requests(p_requests, 'POST /profile-updates', 'updates', '{object,array}');
 
-    -- The updates of the requests to apply, one batch in request order, and each update's request.
-    SELECT jsonb_agg(u.m ORDER BY c.request, u.n), array_agg(c.request ORDER BY c.request, u.n)
-    INTO v_updates, v_req_of
+    -- The updates of the requests to apply, one batch in request order, and each update's request
+    -- and position in it.
+    SELECT jsonb_agg(u.m ORDER BY c.request, u.n), array_agg(c.request ORDER BY c.request, u.n),
+           array_agg(u.n::integer ORDER BY c.request, u.n)
+    INTO v_updates, v_req_of, v_ord_in
     FROM unnest(v_claims) AS c
     CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(c.body) = 'object'
                                                  THEN jsonb_build_array(c.body) ELSE c.body END)
                        WITH ORDINALITY AS u(m, n)
     WHERE c.outcome IN ('fresh', 'new');
+    -- The usual call, no key and nothing refused: the batch's rows as they come.
+    IF v_updates IS NOT NULL AND NOT EXISTS (SELECT FROM unnest(v_claims) AS c WHERE c.outcome <> 'fresh') THEN
+        RETURN QUERY
+        SELECT v_req_of[b.ord], v_ord_in[b.ord], b.status, b.operation, b.correlation_id, b.sqlstate, b.reason,
+               b.dead_letter_id, false
+        FROM profile_private.apply_batch(v_updates, p_readers) AS b;
+        RETURN;
+    END IF;
     IF v_updates IS NOT NULL THEN
         v_res := ARRAY(
-            SELECT ROW(v_req_of[b.ord], (b.ord - min(b.ord) OVER (PARTITION BY v_req_of[b.ord]) + 1)::integer,
-                       b.status, b.operation, b.correlation_id, b.sqlstate, b.reason, b.dead_letter_id,
-                       false)::api.profile_request_results
+            SELECT ROW(v_req_of[b.ord], v_ord_in[b.ord], b.status, b.operation, b.correlation_id, b.sqlstate,
+                       b.reason, b.dead_letter_id, false)::api.profile_request_results
             FROM profile_private.apply_batch(v_updates, p_readers) AS b);
     END IF;
 
