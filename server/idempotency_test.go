@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,7 +120,10 @@ func (b *testBundle) lockCounter(t *testing.T, id string) (release func()) {
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `SELECT 1 FROM profile.profilestore WHERE correlation_id = $1 FOR UPDATE`, id)
 	require.NoError(t, err)
-	return func() { _ = tx.Commit(ctx) }
+	var once sync.Once
+	release = func() { once.Do(func() { _ = tx.Commit(ctx) }) }
+	t.Cleanup(release) // a failing test must not leave the lock (and its connection) behind
+	return release
 }
 
 // waitForBlockedWrite waits until a write of the server waits for a lock and returns its backend.
@@ -129,7 +133,8 @@ func (b *testBundle) waitForBlockedWrite(t *testing.T) int {
 	require.Eventually(t, func() bool {
 		err := b.pool.QueryRow(context.Background(), `
 			SELECT pid FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%api.profile_apply_requests%' LIMIT 1`).Scan(&pid)
+			WHERE datname = current_database() AND wait_event_type = 'Lock'
+			  AND query LIKE '%api.profile_apply_requests%' LIMIT 1`).Scan(&pid)
 		return err == nil
 	}, 10*time.Second, 10*time.Millisecond)
 	return pid
@@ -146,9 +151,21 @@ func TestIdempotencyKeyAfterTheClientGaveUp(t *testing.T) {
 	require.Equal(t, 200, code)
 
 	release := b.lockCounter(t, "g1")
-	_, _, _, err = b.post(t, "/profile-updates", b.writer, &key, inc("g1"), 300*time.Millisecond)
-	require.Error(t, err, "the client timed out")
+	ctx, giveUp := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "POST", b.srv.URL+"/profile-updates", strings.NewReader(inc("g1")))
+		req.Header.Set("Authorization", "Bearer "+b.writer)
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		gaveUp <- err
+	}()
 	b.waitForBlockedWrite(t)
+	giveUp()
+	require.Error(t, <-gaveUp, "the client gave up")
 	release()
 
 	code, replayed, body, err := b.post(t, "/profile-updates", b.writer, &key, inc("g1"), 5*time.Second)
