@@ -103,7 +103,7 @@ COMMENT ON FUNCTION partition.backend() IS
 --     CREATE TABLE event.events (..., at timestamptz NOT NULL, PRIMARY KEY (correlation_id, at))
 --         PARTITION BY RANGE (at);
 --     SELECT partition.create_time_partitioned('event.events', 'at', interval '1 day');
---     CREATE INDEX events_kind_idx ON event.events (kind, at);  -- then comments, grants, triggers
+--     CREATE INDEX events_kind_idx ON event.events (kind, at);  -- then triggers, foreign keys
 -- Native: pg_partman takes the table over as it is. TimescaleDB cannot use a partitioned table,
 -- so the empty declaration is made again as a plain table (LIKE ... INCLUDING ALL: columns,
 -- defaults, identity, generated columns, NOT NULL, CHECK, storage, column comments; the table
