@@ -1,6 +1,10 @@
 # Silo — `make run` starts Silo on an embedded PostgreSQL; `make test` runs the whole suite.
 # Both install what is missing first: Go modules, sqlc, and (as root, through apt-get) Debian's
-# PostgreSQL server binaries; make test also plpgsql_check, the PL/pgSQL linter it runs over sql/.
+# PostgreSQL server binaries and pg_partman (native time partitioning); make test also
+# plpgsql_check, the PL/pgSQL linter it runs over sql/. TimescaleDB is in no package registry:
+# when a TimescaleDB source tarball lies beside the project (TIMESCALEDB_SRC), it is built and
+# installed once (as root), and Silo's embedded PostgreSQL preloads it; without it Silo uses native
+# partitioning and the suite tests that path only.
 
 SHELL      := /bin/bash
 GO         ?= go
@@ -12,8 +16,14 @@ SQLC_VER   := v1.31.1
 SQLC       := $(GOBIN)/sqlc
 SILO       := bin/silo
 FUZZTIME   ?= 30s
+# TimescaleDB's source: a release tarball (timescaledb-X.Y.Z.tar.gz) or an unpacked source tree.
+# Default: the newest timescaledb-*.tar.gz in a folder named timescaledb beside the project's
+# folder (../*/timescaledb/). Empty: TimescaleDB is not built.
+TIMESCALEDB_SRC ?= $(lastword $(shell ls -v ../*/timescaledb/timescaledb-*.tar.gz 2>/dev/null))
+# apt-get waits this long for another apt or dpkg run to finish.
+APT_GET    := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 
-.PHONY: run test build deps deps-pg deps-lint deps-go sqlc generate sqlc-check vet fmt-check bench fuzz clean
+.PHONY: run test build deps deps-pg deps-partman deps-timescaledb deps-lint deps-go sqlc generate sqlc-check vet fmt-check bench fuzz clean
 
 run: deps build
 	./$(SILO) up
@@ -30,7 +40,7 @@ install: deps-go
 	GOBIN='$(INSTALL_DIR)' $(GO) install ./cmd/silo
 	@echo "installed $(INSTALL_DIR)/silo ($$('$(INSTALL_DIR)/silo' version))"
 
-deps: deps-pg deps-go
+deps: deps-pg deps-partman deps-timescaledb deps-go
 
 deps-go:
 	@$(GO) mod download
@@ -51,6 +61,48 @@ deps-pg:
 			echo "PostgreSQL server binaries are missing: install Debian's postgresql package (or set SILO_PG_BIN)"; exit 1; \
 		fi; \
 	fi
+
+# pg_partman, Silo's native time partitioning when the server has no TimescaleDB, for the server
+# Silo starts ($SILO_PG_BIN, else the newest /usr/lib/postgresql/*/bin): Debian's package.
+deps-partman: deps-pg
+	@bin=$${SILO_PG_BIN:-$$(ls -dv /usr/lib/postgresql/*/bin | tail -n1)}; \
+	ver=$$("$$bin/postgres" --version | sed -E 's/^[^0-9]*([0-9]+).*/\1/'); \
+	share=$$("$$bin/pg_config" --sharedir 2>/dev/null || echo /usr/share/postgresql/$$ver); \
+	if [ ! -f "$$share/extension/pg_partman.control" ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "installing pg_partman for PostgreSQL $$ver (Debian package)"; \
+			$(APT_GET) update -qq && $(APT_GET) install -y -qq postgresql-$$ver-partman; \
+		else \
+			echo "pg_partman is missing: install Debian's postgresql-$$ver-partman package (Silo's native time partitioning)"; exit 1; \
+		fi; \
+	fi
+
+# TimescaleDB, built from TIMESCALEDB_SRC for the server Silo starts, once: skipped when it is
+# installed already ($(pg_config --pkglibdir)/timescaledb-*.so), when no source is found, or when
+# not run as root. The build (cmake and PostgreSQL's server headers from apt-get, about two minutes
+# on two cores) runs in a temporary folder, never in the project.
+deps-timescaledb: deps-pg
+	@bin=$${SILO_PG_BIN:-$$(ls -dv /usr/lib/postgresql/*/bin | tail -n1)}; \
+	ver=$$("$$bin/postgres" --version | sed -E 's/^[^0-9]*([0-9]+).*/\1/'); \
+	libdir=$$("$$bin/pg_config" --pkglibdir 2>/dev/null || echo /usr/lib/postgresql/$$ver/lib); \
+	src='$(TIMESCALEDB_SRC)'; \
+	if ls "$$libdir"/timescaledb-*.so >/dev/null 2>&1; then exit 0; fi; \
+	if [ -z "$$src" ] || [ ! -e "$$src" ]; then \
+		echo "TimescaleDB: no source found (set TIMESCALEDB_SRC to a timescaledb-*.tar.gz or a source folder): Silo uses native partitioning"; exit 0; \
+	fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+		echo "TimescaleDB: not installed and not root, so not built from $$src: Silo uses native partitioning"; exit 0; \
+	fi; \
+	echo "building TimescaleDB from $$src for PostgreSQL $$ver (about two minutes, once)"; \
+	$(APT_GET) update -qq && $(APT_GET) install -y -qq cmake postgresql-$$ver postgresql-server-dev-$$ver || exit 1; \
+	work=$$(mktemp -d); trap 'rm -rf "$$work"' EXIT; \
+	if [ -d "$$src" ]; then cp -a "$$src"/. "$$work"/; else tar -xzf "$$src" -C "$$work" || exit 1; fi; \
+	top=$$(dirname "$$(find "$$work" -maxdepth 2 -name bootstrap -type f | head -n1)"); \
+	cd "$$top" && ./bootstrap -DREGRESS_CHECKS=OFF -DTAP_CHECKS=OFF -DWARNINGS_AS_ERRORS=OFF -DLINTER=OFF \
+		-DPG_CONFIG="$$bin/pg_config" >"$$work/build.log" 2>&1 && \
+	cd build && make -j"$$(nproc)" >>"$$work/build.log" 2>&1 && make install >>"$$work/build.log" 2>&1 || \
+		{ echo "TimescaleDB build failed:"; tail -n 40 "$$work/build.log"; exit 1; }; \
+	echo "installed TimescaleDB into $$libdir"
 
 # plpgsql_check, for the server Silo starts ($SILO_PG_BIN, else the newest /usr/lib/postgresql/*/bin):
 # the lint test in db/ runs it over every PL/pgSQL function of sql/. Only make test needs it.

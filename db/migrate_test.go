@@ -98,11 +98,11 @@ func TestEverythingCommented(t *testing.T) {
 	rows, err := tx.Query(context.Background(), `
 		SELECT 'function ' || p.oid::regprocedure::text FROM pg_proc p
 		JOIN pg_namespace n ON n.oid = p.pronamespace
-		WHERE (n.nspname = 'api' OR n.nspname LIKE '%\_private') AND obj_description(p.oid, 'pg_proc') IS NULL
+		WHERE (n.nspname IN ('api', 'partition') OR n.nspname LIKE '%\_private') AND obj_description(p.oid, 'pg_proc') IS NULL
 		UNION ALL
 		SELECT 'relation ' || c.oid::regclass::text FROM pg_class c
 		JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE (n.nspname IN ('api', 'silo', 'profile') OR n.nspname LIKE '%\_private') AND c.relkind IN ('r', 'v', 'p', 'm')
+		WHERE (n.nspname IN ('api', 'silo', 'profile', 'partition') OR n.nspname LIKE '%\_private') AND c.relkind IN ('r', 'v', 'p', 'm')
 		  AND obj_description(c.oid, 'pg_class') IS NULL
 		UNION ALL
 		SELECT 'type ' || t.oid::regtype::text FROM pg_type t
@@ -112,7 +112,7 @@ func TestEverythingCommented(t *testing.T) {
 		  AND obj_description(t.oid, 'pg_type') IS NULL
 		UNION ALL
 		SELECT 'schema ' || n.nspname FROM pg_namespace n
-		WHERE (n.nspname IN ('api', 'silo', 'profile') OR n.nspname LIKE '%\_private')
+		WHERE (n.nspname IN ('api', 'silo', 'profile', 'partition') OR n.nspname LIKE '%\_private')
 		  AND obj_description(n.oid, 'pg_namespace') IS NULL`)
 	require.NoError(t, err)
 	var missing []string

@@ -145,6 +145,18 @@ type ChangePrivateOutbox struct {
 	Readers []string        `json:"readers"`
 }
 
+// The time-partitioned tables of Silo, one row per table, written by partition.create_time_partitioned and deleted by partition.drop_time_partitioned. Their partitions or chunks, ranges and sizes: SELECT * FROM api.partition_chunks().
+type PartitionTable struct {
+	// The table (the hypertable, or the parent of the native partitions).
+	Relation interface{} `json:"relation"`
+	// The timestamptz column the table is partitioned by.
+	TimeColumn string `json:"timeColumn"`
+	// timescaledb (a hypertable) or native (PARTITION BY RANGE, partitions made by pg_partman). Chosen when the table was created and never changed: every partition function follows it.
+	Backend string `json:"backend"`
+	// When the table was made time-partitioned.
+	Created time.Time `json:"created"`
+}
+
 // Dead letter table: profile updates that could not be applied, kept whole with the reason. List with api.profile_dead_letter_list, replay with api.profile_dead_letter_replay.
 type ProfileDeadLetter struct {
 	ID int64 `json:"id"`

@@ -98,8 +98,8 @@ type lintTarget struct {
 	OldTable, NewTable *string
 }
 
-// lintSQL runs plpgsql_check over every PL/pgSQL function and procedure in schema api and in every
-// schema whose name ends in _private, once per trigger for trigger functions. It returns the
+// lintSQL runs plpgsql_check over every PL/pgSQL function and procedure in schema api, in schema
+// partition (the functions domain migrations call) and in every schema whose name ends in _private, once per trigger for trigger functions. It returns the
 // findings and the number of checks run. Each check runs in a savepoint, so a function that makes
 // the checker itself raise is reported as an error and the others are still checked.
 func lintSQL(t *testing.T, tx pgx.Tx) ([]lintFinding, int) {
@@ -116,7 +116,7 @@ func lintSQL(t *testing.T, tx pgx.Tx) ([]lintFinding, int) {
 		  JOIN pg_catalog.pg_language l ON l.oid = p.prolang
 		  LEFT JOIN pg_catalog.pg_trigger tg ON tg.tgfoid = p.oid
 		 WHERE l.lanname = 'plpgsql'
-		   AND (n.nspname = 'api' OR n.nspname LIKE '%\_private')
+		   AND (n.nspname IN ('api', 'partition') OR n.nspname LIKE '%\_private')
 		 ORDER BY 1, 4`)
 	require.NoError(t, err)
 	targets, err := pgx.CollectRows(rows, pgx.RowToStructByName[lintTarget])

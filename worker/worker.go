@@ -34,6 +34,9 @@ type Config struct {
 	// ChangeTrimInterval is how often the change log is trimmed (0: DefaultChangeTrimInterval;
 	// negative: never). The retention is the silo.settings row change_retention.
 	ChangeTrimInterval time.Duration
+	// PartitionMaintenanceInterval is how often the time-partitioned tables are maintained (0:
+	// DefaultPartitionMaintenanceInterval; negative: never).
+	PartitionMaintenanceInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -51,6 +54,9 @@ func (c *Config) defaults() {
 	}
 	if c.ChangeTrimInterval == 0 {
 		c.ChangeTrimInterval = DefaultChangeTrimInterval
+	}
+	if c.PartitionMaintenanceInterval == 0 {
+		c.PartitionMaintenanceInterval = DefaultPartitionMaintenanceInterval
 	}
 }
 
@@ -73,6 +79,7 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 	river.AddWorker(workers, &ReaperWorker{queries: db.New(pool), budget: cfg.ReaperBudget, logger: cfg.Logger})
 	river.AddWorker(workers, &ChangeTrimWorker{queries: db.New(pool), logger: cfg.Logger})
 	river.AddWorker(workers, &IdempotencyTrimWorker{queries: db.New(pool), logger: cfg.Logger})
+	river.AddWorker(workers, &PartitionMaintenanceWorker{queries: db.New(pool), logger: cfg.Logger})
 
 	periodic := []*river.PeriodicJob{river.NewPeriodicJob(
 		river.PeriodicInterval(cfg.MaintenanceInterval),
@@ -98,6 +105,13 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 			river.PeriodicInterval(cfg.ChangeTrimInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return ChangeTrimArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "change_trim"},
+		))
+	}
+	if cfg.PartitionMaintenanceInterval > 0 {
+		periodic = append(periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(cfg.PartitionMaintenanceInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return PartitionMaintenanceArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true, ID: "partition_maintenance"},
 		))
 	}
 	return &river.Config{

@@ -371,7 +371,8 @@ func cmdTempDBRun(ctx context.Context, logger *slog.Logger, args []string) error
 	_ = os.Chmod(dir, 0o755)
 	settings := dbtest.TestSettings
 	if os.Getenv("SILO_TEMPDB_DURABLE") != "" {
-		settings = map[string]string{"max_connections": "300", "shared_buffers": "256MB"}
+		settings = map[string]string{"max_connections": "300", "shared_buffers": "256MB",
+			"timescaledb.max_background_workers": dbtest.TestSettings["timescaledb.max_background_workers"]}
 	}
 	cluster, err := embedpg.Start(ctx, embedpg.Options{Dir: dir, Settings: settings})
 	if err != nil {

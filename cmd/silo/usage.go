@@ -51,7 +51,9 @@ var (
 
 const embeddedNote = `With DATABASE_URL unset, the embedded cluster in $SILO_DATA_DIR/pg is started (initdb on
 first use) or joined when another Silo process runs it. Every process using it holds a lease;
-the last one to stop stops the server, and the server keeps its port across restarts.`
+the last one to stop stops the server, and the server keeps its port across restarts. It
+preloads TimescaleDB when the server has it installed: a database migrated then makes its
+time-partitioned tables hypertables.`
 
 var (
 	cmdUp = &command{

@@ -36,13 +36,18 @@ const (
 	EnvTemplate = "SILO_TEST_TEMPLATE"     // name of the migrated template database
 )
 
-// TestSettings make a throw-away cluster fast; durability does not matter for it.
+// TestSettings make a throw-away cluster fast; durability does not matter for it. TimescaleDB,
+// preloaded when the server has it (embedpg), runs no background workers: its scheduler would hold
+// a connection to each database, the template among them, which CREATE DATABASE ... TEMPLATE
+// refuses; the tests run TimescaleDB's jobs themselves. A server without TimescaleDB ignores it.
 var TestSettings = map[string]string{
 	"fsync":              "off",
 	"synchronous_commit": "off",
 	"full_page_writes":   "off",
 	"max_connections":    "300",
 	"shared_buffers":     "128MB",
+
+	"timescaledb.max_background_workers": "0",
 }
 
 var (

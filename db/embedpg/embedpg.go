@@ -52,7 +52,9 @@ type Options struct {
 	// /usr/lib/postgresql/*/bin, else the directory of `pg_config --bindir`.
 	BinDir string
 	// Settings are extra server settings (name → value), e.g. fsync=off for tests. They apply when
-	// this call starts the server; a server already running keeps its own.
+	// this call starts the server; a server already running keeps its own. When the server has
+	// TimescaleDB installed, it is preloaded (shared_preload_libraries = timescaledb, telemetry
+	// off) unless Settings names shared_preload_libraries itself ("" preloads nothing).
 	Settings map[string]string
 	// Log receives progress messages; nil discards them.
 	Log func(format string, args ...any)
@@ -149,6 +151,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 
 	if c.port, err = choosePort(dir, opts.Port, opts.Log); err != nil {
 		return nil, err
+	}
+	if _, set := opts.Settings["shared_preload_libraries"]; !set && TimescaleDBInstalled(opts.BinDir) {
+		c.opts.Settings = withTimescaleDB(opts.Settings)
+		opts.Log("preloading TimescaleDB")
 	}
 	if err := c.spawnKeeper(); err != nil {
 		return nil, err
@@ -364,6 +370,38 @@ func FindBinDir() (string, error) {
 		}
 	}
 	return "", errors.New("no PostgreSQL server binaries found: install PostgreSQL (Debian: apt-get install postgresql) or set SILO_PG_BIN")
+}
+
+// TimescaleDBInstalled reports whether the PostgreSQL of binDir has TimescaleDB installed: its
+// loader library, timescaledb.so, in the server's library directory (pg_config --pkglibdir, else
+// binDir/../lib or binDir/../lib/postgresql). Silo's migrations create the extension in a database
+// only when the server preloads it.
+func TimescaleDBInstalled(binDir string) bool {
+	var dirs []string
+	if out, err := exec.Command(filepath.Join(binDir, "pg_config"), "--pkglibdir").Output(); err == nil {
+		dirs = append(dirs, strings.TrimSpace(string(out)))
+	}
+	dirs = append(dirs, filepath.Join(binDir, "..", "lib"), filepath.Join(binDir, "..", "lib", "postgresql"))
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "timescaledb.so")); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// withTimescaleDB returns a copy of settings that preloads TimescaleDB with its telemetry off
+// (nothing is sent anywhere), keeping a telemetry level the caller set.
+func withTimescaleDB(settings map[string]string) map[string]string {
+	out := make(map[string]string, len(settings)+2)
+	for k, v := range settings {
+		out[k] = v
+	}
+	out["shared_preload_libraries"] = "timescaledb"
+	if _, set := out["timescaledb.telemetry_level"]; !set {
+		out["timescaledb.telemetry_level"] = "off"
+	}
+	return out
 }
 
 func versionOf(binDir string) int {

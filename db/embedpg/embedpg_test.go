@@ -54,4 +54,22 @@ func TestClusterLifecycle(t *testing.T) {
 	defer c3.Stop()
 	require.True(t, c3.Owned())
 	write(c3, `SELECT 1/x FROM kept`)
+
+	// The server preloads TimescaleDB, telemetry off, exactly when it has it installed; the
+	// caller's settings are left as they were.
+	bin, err := embedpg.FindBinDir()
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, c3.URL("postgres"))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var preload, telemetry string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('shared_preload_libraries'),
+		coalesce(current_setting('timescaledb.telemetry_level', true), '')`).Scan(&preload, &telemetry))
+	if embedpg.TimescaleDBInstalled(bin) {
+		require.Equal(t, "timescaledb", preload)
+		require.Equal(t, "off", telemetry)
+	} else {
+		require.Empty(t, preload)
+	}
+	require.Equal(t, map[string]string{"fsync": "off"}, opts.Settings)
 }
