@@ -184,7 +184,7 @@ func (s *sequencer) stop() {
 	if s.state == asleep {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, _ = s.h.q.ChangeSequencerSleep(ctx, s.h.number)
 	s.set(asleep)

@@ -275,7 +275,10 @@ AS $$
 BEGIN
     IF current_setting('silo.change_notify', true) IS DISTINCT FROM 'off' AND EXISTS (SELECT FROM new_rows) THEN
         PERFORM pg_advisory_xact_lock_shared(8316297411675845986);  -- 0x73696c6f2d707562, "silo-pub" in ASCII
-        IF NOT change_private.sequencer_awake() THEN
+        -- change_private.sequencer_awake(), written out: a call of an SQL function that is not
+        -- inlined is planned anew each time, which cost the writer some 30 microseconds.
+        IF coalesce(pg_sequence_last_value('silo.change_sequencer_awake'), 0) / 1000000
+           <= (date_part('epoch', clock_timestamp()) * 1000)::bigint THEN
             PERFORM pg_notify('silo_change_pending', '');
         END IF;
     END IF;

@@ -185,17 +185,18 @@ $$;
 COMMENT ON FUNCTION api.change_announce(bigint) IS
     'Notifies silo_changes with p_last_id, the highest change id (as api.change_sequence(false) returned it), so that the websocket hub of every Silo process reads the new changes: for a caller of api.change_sequence(false) that moved changes. Sets synchronous_commit off for the rest of the caller''s transaction, so call it in a transaction of its own. Returns nothing; raises nothing.';
 
--- The lease of an awake hub, as the writers' trigger reads it (the protocol is in the header). SQL
--- rather than PL/pgSQL: one statement, a few microseconds.
+-- The lease of an awake hub, as the writers' trigger reads it (the trigger has the expression
+-- written out; the protocol is in the header). pg_sequence_last_value reads the sequence without a
+-- query (NULL before its first setval).
 CREATE FUNCTION change_private.sequencer_awake()
 RETURNS boolean
 LANGUAGE sql VOLATILE
 AS $$
-    SELECT s.last_value / 1000000 > (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-    FROM silo.change_sequencer_awake s;
+    SELECT coalesce(pg_sequence_last_value('silo.change_sequencer_awake'), 0) / 1000000
+           > (date_part('epoch', clock_timestamp()) * 1000)::bigint;
 $$;
 COMMENT ON FUNCTION change_private.sequencer_awake() IS
-    'Whether a websocket hub is awake: silo.change_sequencer_awake holds a lease that has not ended (read outside transactions: the state of the moment). The trigger of silo.change_pending notifies only when it is false. Raises nothing.';
+    'Whether a websocket hub is awake: silo.change_sequencer_awake holds a lease that has not ended (read outside transactions: the state of the moment). The trigger of silo.change_pending notifies only when it is false (it has the same test written out). Raises nothing.';
 
 -- Both functions change the state under the advisory lock "silo-awk" (hubs only, a few
 -- microseconds), so that a claim and a sleep of two hubs do not interleave.
@@ -205,7 +206,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_state bigint;
-    v_now   bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    v_now   bigint := (date_part('epoch', clock_timestamp()) * 1000)::bigint;
 BEGIN
     IF p_hub IS NULL OR p_hub < 1 OR p_hub > 999999 THEN
         RAISE EXCEPTION 'hub must be between 1 and 999999, got %', coalesce(p_hub::text, 'NULL') USING ERRCODE = 'SLINV';
@@ -232,7 +233,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_state bigint;
-    v_now   bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    v_now   bigint := (date_part('epoch', clock_timestamp()) * 1000)::bigint;
 BEGIN
     IF p_hub IS NULL OR p_hub < 1 OR p_hub > 999999 THEN
         RAISE EXCEPTION 'hub must be between 1 and 999999, got %', coalesce(p_hub::text, 'NULL') USING ERRCODE = 'SLINV';
