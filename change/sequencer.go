@@ -83,10 +83,8 @@ func (h *Hub) sequenceLoop() {
 // awake.
 func (s *sequencer) step(woken bool) {
 	h := s.h
-	if woken && !h.notifyOff.Load() {
-		s.claim()
-	}
-	if s.state == draining {
+	claim := woken && !h.notifyOff.Load()
+	if s.state == draining && !claim {
 		ok, err := s.sleep()
 		if err == nil && ok {
 			s.set(asleep)
@@ -94,13 +92,17 @@ func (s *sequencer) step(woken bool) {
 		}
 	}
 	moved, err := h.sequence()
-	now := time.Now()
 	if err != nil {
 		if s.state != asleep {
 			s.interval = min(max(2*s.interval, h.cfg.AwakePollInterval), errorPauseMax)
 		}
 		return
 	}
+	if claim {
+		// After the run, so that the change of the writer who notified goes out first.
+		s.claim()
+	}
+	now := time.Now()
 	switch s.state {
 	case awake:
 		s.interval = h.cfg.AwakePollInterval

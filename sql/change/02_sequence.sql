@@ -3,16 +3,17 @@
 -- visible. Pending rows cannot serve as resume positions themselves: their identity values are
 -- handed out in insert order, not commit order, so a subscriber resuming after one could miss a
 -- change that committed later with a smaller value. The websocket hub of every Silo process calls
--- api.change_sequence when it hears silo_change_pending, every few
--- milliseconds while it is awake, and once a second as a safety net. Compact rows of profile
--- changes are expanded here, off the write path.
+-- api.change_sequence when it hears silo_change_pending, every few milliseconds while it is awake,
+-- and once a second as a safety net. Compact rows of profile changes are expanded here, off the
+-- write path.
 --
 -- Waking the sequencer without making writers wait for each other. PostgreSQL serializes the
 -- commits of the transactions that called pg_notify: each holds a database-wide lock from its
 -- pre-commit through its commit's WAL flush, so concurrent small writers that all notify lose
 -- group commit (measured: half the updates per second at 8 connections × 1 update per call). So a
 -- writer notifies only when no hub is awake; an awake hub runs api.change_sequence every few
--- milliseconds by itself, and goes back to sleep after a while without changes.
+-- milliseconds by itself (5 ms, the Go hub's default), and goes back to sleep after a while without
+-- changes (20 ms).
 --
 -- The state is silo.change_sequencer_awake (an unlogged sequence, migrations/00014): a lease,
 -- (until) × 1,000,000 + (hub): the hub numbered hub runs api.change_sequence every few
@@ -24,13 +25,13 @@
 -- A writer (change_private.tg_change_pending__notify, the statement trigger of
 -- silo.change_pending, after its statement inserted pending rows):
 --   W1 takes the advisory lock "silo-pub" in shared mode, held to the end of its transaction;
---   W2 reads the state (change_private.sequencer_awake): asleep → pg_notify('silo_change_pending'),
---      delivered at commit; awake → nothing;
+--   W2 reads the state (the test of change_private.sequencer_awake): asleep →
+--      pg_notify('silo_change_pending'), delivered at commit; awake → nothing;
 --   W3 commits: its rows become visible, then its notification (if any) is sent, then its locks
 --      are released. Or it rolls back: nothing to deliver, its lock is released.
 -- Writers share the lock, so they never wait for each other; W1 and W2 cost a few microseconds.
 --
--- A hub (change/listen.go) is in one of three states:
+-- A hub (change/sequencer.go) is in one of three states:
 -- * asleep: it runs api.change_sequence when it hears silo_change_pending, and once a second. A
 --   notification means a writer found nobody awake: the hub claims the lease
 --   (api.change_sequencer_wake, under the advisory lock "silo-awk", which orders the hubs' changes
