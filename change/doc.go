@@ -3,9 +3,10 @@
 //
 // It owns:
 //   - the Hub: one dedicated LISTEN connection per process (listen.go), the sequencer that numbers
-//     committed changes in commit order (api.change_sequence), the reader of the change log, and
-//     the fan-out index that hands each change to the sessions subscribed to its channel and
-//     allowed to see it (fanout.go);
+//     committed changes in commit order (api.change_sequence) and, while writes flow, stays awake
+//     so that writers need not notify (sequencer.go), the reader of the change log, and the
+//     fan-out index that hands each change to the sessions subscribed to its channel and allowed
+//     to see it (fanout.go);
 //   - the bounded queue of each session (queue.go): a session that falls behind is disconnected
 //     and told where to resume, it never slows the others down;
 //   - the session protocol over a websocket (protocol.go, session.go, output.go): subscribe,

@@ -15,7 +15,8 @@ import (
 // lock.
 
 // message is one change as the hub hands it to clients: its coordinates for filtering and its
-// websocket frame, encoded once for every client.
+// websocket frame, encoded once for every client (withFrame), and only for a change some client
+// receives.
 type message struct {
 	id      int64
 	channel string
@@ -27,8 +28,15 @@ type message struct {
 }
 
 func newMessage(c db.SiloChange) *message {
-	m := &message{id: c.ID, channel: c.Channel, kind: c.Kind, readers: c.Readers, payload: c.Payload, created: c.Created}
-	m.frame, _ = json.Marshal(wireChange{Type: "change", ID: c.ID, Channel: c.Channel, Kind: c.Kind, Payload: c.Payload, Created: c.Created})
+	return &message{id: c.ID, channel: c.Channel, kind: c.Kind, readers: c.Readers, payload: c.Payload, created: c.Created}
+}
+
+// withFrame encodes m's frame unless it is already; call it before m reaches any client's queue
+// (the client's writer reads the frame without a lock).
+func (m *message) withFrame() *message {
+	if m.frame == nil {
+		m.frame, _ = json.Marshal(wireChange{Type: "change", ID: m.id, Channel: m.channel, Kind: m.kind, Payload: m.payload, Created: m.created})
+	}
 	return m
 }
 
@@ -90,7 +98,7 @@ func (h *Hub) push(c *client, m *message) {
 		return
 	}
 	c.lastPushed = m.id
-	if !c.queue.push(m) {
+	if !c.queue.push(m.withFrame()) {
 		h.mSlow.Inc()
 		h.removeLocked(c)
 		c.kick(closeSlow, "too slow")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,10 +20,13 @@ import (
 //
 // One dedicated connection per process LISTENs on silo_change_pending and silo_changes. When
 // pending changes are announced (and once every PollInterval without notifications, as a safety
-// net), the hub calls api.change_sequence, which numbers committed changes in commit order and
-// notifies silo_changes. A database whose writers do not notify (silo.change_notify = off, set
-// with ALTER DATABASE ... SET: notifying serializes the commits of concurrent writers) is polled
-// every 10 ms instead (listen.go). On silo_changes the hub reads the new rows once
+// net), the hub calls api.change_sequence, which numbers committed changes in commit order, then
+// announces them on silo_changes. Writers notify only while no hub is awake, because notifying
+// commits wait for each other: a hub that hears one becomes the awake sequencer and sequences every
+// AwakePollInterval by itself until it has seen no change for AwakeLinger (sequencer.go; the
+// protocol is in sql/change/02_sequence.sql). A database whose writers never notify
+// (silo.change_notify = off, set with ALTER DATABASE ... SET) is polled every 10 ms instead
+// (listen.go). On silo_changes the hub reads the new rows once
 // (api.changes_after) and fans each out, in id order, to the clients whose subscriptions match its
 // channel and who may see it (fanout.go). Each client has a bounded queue (queue.go): a client that
 // falls behind is disconnected and told the id to resume from, it never slows the others down.
@@ -39,6 +43,12 @@ type Config struct {
 	// PollInterval: without notifications for this long, the hub sequences and reads anyway (1s;
 	// 10ms when the database's silo.change_notify is off, so that writers do not notify).
 	PollInterval time.Duration
+	// AwakePollInterval: how often an awake hub sequences by itself, writers not notifying it (5ms).
+	AwakePollInterval time.Duration
+	// AwakeLinger: how long an awake hub goes on after the last change it numbered before it goes
+	// back to sleep, writers notifying again (20ms). Writers further apart than this notify, which
+	// costs nothing at such a rate and is the quicker path.
+	AwakeLinger time.Duration
 	// ClientBuffer: changes queued for one client before it counts as too slow and is disconnected
 	// (4096).
 	ClientBuffer int
@@ -61,6 +71,12 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.AwakePollInterval <= 0 {
+		c.AwakePollInterval = 5 * time.Millisecond
+	}
+	if c.AwakeLinger <= 0 {
+		c.AwakeLinger = 20 * time.Millisecond
 	}
 	if c.ClientBuffer <= 0 {
 		c.ClientBuffer = 4096
@@ -104,9 +120,13 @@ type Hub struct {
 	closed  bool
 	ready   bool // the end of the change log is known
 
-	sequenceSignal chan struct{}
+	sequenceSignal chan struct{} // sequence once (the safety net, a reconnection)
+	wakeSignal     chan struct{} // a writer notified silo_change_pending: no hub was awake
 	fetchSignal    chan struct{}
 	notified       atomic.Int64 // highest id announced by silo_changes or returned by change_sequence
+	number         int32        // this hub's number in the awake sequencer's lease (1 to 999,999)
+	notifyOff      atomic.Bool  // the database's silo.change_notify is off: writers never notify
+	awake          atomic.Bool  // the sequencer is awake or draining (sequencer.go)
 
 	ctx     context.Context // cancelled by Stop: clients close, loops end
 	cancel  context.CancelFunc
@@ -119,6 +139,8 @@ type Hub struct {
 	mMessages  prometheus.Counter
 	mSlow      prometheus.Counter
 	mFannedOut prometheus.Counter
+	mAwake     prometheus.Gauge
+	mWakeups   prometheus.Counter
 }
 
 // NewHub returns a hub; Start starts it.
@@ -128,7 +150,8 @@ func NewHub(cfg Config) *Hub {
 		cfg: cfg, q: db.New(cfg.Pool), log: cfg.Logger, coalesce: map[string]bool{},
 		exact: map[string]map[*client]struct{}{}, prefix: map[string]map[*client]struct{}{},
 		clients:        map[*client]struct{}{},
-		sequenceSignal: make(chan struct{}, 1), fetchSignal: make(chan struct{}, 1),
+		sequenceSignal: make(chan struct{}, 1), wakeSignal: make(chan struct{}, 1), fetchSignal: make(chan struct{}, 1),
+		number: 1 + rand.Int32N(999999),
 	}
 	for _, k := range cfg.CoalesceKinds {
 		h.coalesce[k] = true
@@ -138,13 +161,15 @@ func NewHub(cfg Config) *Hub {
 	h.mMessages = prometheus.NewCounter(prometheus.CounterOpts{Name: "silo_ws_messages_total", Help: "Change messages written to websocket clients."})
 	h.mSlow = prometheus.NewCounter(prometheus.CounterOpts{Name: "silo_ws_slow_disconnects_total", Help: "Websocket clients disconnected because their queue was full."})
 	h.mFannedOut = prometheus.NewCounter(prometheus.CounterOpts{Name: "silo_changes_fanned_out_total", Help: "Changes read from the change log and fanned out by this process."})
+	h.mAwake = prometheus.NewGauge(prometheus.GaugeOpts{Name: "silo_change_sequencer_awake", Help: "1 while this process's hub is the awake sequencer (writers do not notify) or drains, 0 asleep."})
+	h.mWakeups = prometheus.NewCounter(prometheus.CounterOpts{Name: "silo_change_sequencer_wakeups_total", Help: "Times this process's hub claimed the awake sequencer after a writer notified."})
 	return h
 }
 
 // Collectors are the hub's metrics, for the registry that serves /metrics (server.New registers
 // them).
 func (h *Hub) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{h.mClients, h.mLastID, h.mMessages, h.mSlow, h.mFannedOut}
+	return []prometheus.Collector{h.mClients, h.mLastID, h.mMessages, h.mSlow, h.mFannedOut, h.mAwake, h.mWakeups}
 }
 
 // Start starts the listener. Once it listens, the hub reads the current end of the change log and
@@ -203,6 +228,12 @@ func (h *Hub) Clients() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.clients)
+}
+
+// Awake reports whether this hub's sequencer is awake (writers do not notify it) or draining
+// (sequencer.go).
+func (h *Hub) Awake() bool {
+	return h.awake.Load()
 }
 
 // LastID is the highest change id this hub has fanned out.

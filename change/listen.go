@@ -14,8 +14,9 @@ import (
 )
 
 // The hub's three loops: the listener holds the LISTEN connection, the sequencer numbers
-// committed changes (api.change_sequence), the reader reads the numbered ones and fans them out.
-// Each waits for a signal; a signal sent while its loop is busy is served by one more run.
+// committed changes (api.change_sequence, sequencer.go), the reader reads the numbered ones and
+// fans them out. Each waits for a signal; a signal sent while its loop is busy is served by one
+// more run.
 
 // Channels PostgreSQL notifies on (sql/change/).
 const (
@@ -63,13 +64,16 @@ func (h *Hub) listen(ctx context.Context) error {
 			return fmt.Errorf("error listening on %s: %w", ch, err)
 		}
 	}
+	// With silo.change_notify off for the database, writers never notify: poll, and never claim the
+	// awake sequencer (nobody would wake it).
+	var notify string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(current_setting('silo.change_notify', true), '')`).Scan(&notify); err != nil {
+		return fmt.Errorf("error reading silo.change_notify: %w", err)
+	}
+	h.notifyOff.Store(notify == "off")
 	poll := h.cfg.PollInterval
 	if poll <= 0 {
 		poll = time.Second
-		var notify string
-		if err := conn.QueryRow(ctx, `SELECT coalesce(current_setting('silo.change_notify', true), '')`).Scan(&notify); err != nil {
-			return fmt.Errorf("error reading silo.change_notify: %w", err)
-		}
 		if notify == "off" {
 			poll = 10 * time.Millisecond
 		}
@@ -111,7 +115,8 @@ func (h *Hub) listen(ctx context.Context) error {
 		}
 		switch n.Channel {
 		case notifyPending:
-			signal(h.sequenceSignal)
+			// A writer found no hub awake.
+			signal(h.wakeSignal)
 		case notifyChanges:
 			if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
 				h.announce(id)
@@ -122,46 +127,21 @@ func (h *Hub) listen(ctx context.Context) error {
 	}
 }
 
-// announce records that changes up to id exist and wakes the reader when this hub is behind.
+// announce records that changes up to id exist and wakes the reader when that is news: a reader
+// woken for an earlier announcement of id starts reading after it, so it reads through id. (The
+// sequencer announces each of its runs twice: when the run returns and when silo_changes arrives.)
 func (h *Hub) announce(id int64) {
 	for {
 		cur := h.notified.Load()
-		if id <= cur || h.notified.CompareAndSwap(cur, id) {
+		if id <= cur {
+			return
+		}
+		if h.notified.CompareAndSwap(cur, id) {
 			break
 		}
 	}
 	if id > h.LastID() {
 		signal(h.fetchSignal)
-	}
-}
-
-// sequenceLoop runs api.change_sequence when asked; requests that arrive while it runs are served
-// by one more run.
-func (h *Hub) sequenceLoop() {
-	defer h.loops.Done()
-	for {
-		select {
-		case <-h.ctx.Done():
-			return
-		case <-h.sequenceSignal:
-		}
-		known := h.notified.Load()
-		ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
-		last, err := h.q.ChangeSequence(ctx, false)
-		if err == nil && last > known {
-			// This run moved changes: tell every process, outside the run's transaction.
-			if aerr := h.q.ChangeAnnounce(ctx, last); aerr != nil && h.ctx.Err() == nil {
-				h.log.Warn("error announcing changes", "err", aerr)
-			}
-		}
-		cancel()
-		if err != nil {
-			if h.ctx.Err() == nil {
-				h.log.Warn("error sequencing changes", "err", err)
-			}
-			continue
-		}
-		h.announce(last)
 	}
 }
 

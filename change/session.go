@@ -446,7 +446,7 @@ func (s *session) catchUp() error {
 			return err
 		}
 		for _, r := range rows {
-			s.emit(newMessage(r))
+			s.emit(newMessage(r).withFrame())
 		}
 		if !s.flushOK() {
 			if len(s.out) > h.cfg.ClientBuffer {

@@ -107,6 +107,37 @@ func (q *Queries) ChangeSequence(ctx context.Context, notify bool) (int64, error
 	return last_id, err
 }
 
+const changeSequencerSleep = `-- name: ChangeSequencerSleep :one
+SELECT api.change_sequencer_sleep($1::integer)::boolean AS asleep
+`
+
+// Ends this hub's lease; true: it may stop sequencing by itself (nothing pending, no writer that
+// read the lease still running), false: sequence and ask again.
+func (q *Queries) ChangeSequencerSleep(ctx context.Context, hub int32) (bool, error) {
+	row := q.db.QueryRow(ctx, changeSequencerSleep, hub)
+	var asleep bool
+	err := row.Scan(&asleep)
+	return asleep, err
+}
+
+const changeSequencerWake = `-- name: ChangeSequencerWake :one
+SELECT api.change_sequencer_wake($1::integer, $2::integer * interval '1 millisecond')::boolean AS awake
+`
+
+type ChangeSequencerWakeParams struct {
+	Hub     int32 `json:"hub"`
+	LeaseMs int32 `json:"leaseMs"`
+}
+
+// Claims or renews this hub's lease on the awake sequencer, so that writers do not notify; false:
+// another hub holds one.
+func (q *Queries) ChangeSequencerWake(ctx context.Context, arg ChangeSequencerWakeParams) (bool, error) {
+	row := q.db.QueryRow(ctx, changeSequencerWake, arg.Hub, arg.LeaseMs)
+	var awake bool
+	err := row.Scan(&awake)
+	return awake, err
+}
+
 const changeStatus = `-- name: ChangeStatus :one
 SELECT s.last_id::bigint AS last_id, coalesce(s.oldest_id, 0)::bigint AS oldest_id,
        s.trimmed_through::bigint AS trimmed_through, s.pending::bigint AS pending, s.retention::text AS retention

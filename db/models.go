@@ -137,7 +137,7 @@ type APIToken struct {
 	Revoked  *time.Time `json:"revoked"`
 }
 
-// Where SQL publishes many changes in one statement: INSERT INTO change_private.outbox (channel, kind, payload, readers) SELECT ... Columns: channel (a name without *), kind (what happened), payload (a JSON object of ids, never the data; default {}), readers (who may see it; default {}: admins only). Unlike api.change_publish it checks nothing beyond the NOT NULL columns of silo.change_pending (23502 for a NULL). The rows are numbered into silo.changes after commit; the statement notifies silo_change_pending once, unless silo.change_notify is off. Reading it shows the plain pending rows (compact rows of profile changes unexpanded).
+// Where SQL publishes many changes in one statement: INSERT INTO change_private.outbox (channel, kind, payload, readers) SELECT ... Columns: channel (a name without *), kind (what happened), payload (a JSON object of ids, never the data; default {}), readers (who may see it; default {}: admins only). Unlike api.change_publish it checks nothing beyond the NOT NULL columns of silo.change_pending (23502 for a NULL). The rows are numbered into silo.changes after commit; the statement notifies silo_change_pending once when no websocket hub is awake (the trigger of silo.change_pending), unless silo.change_notify is off. Reading it shows the plain pending rows (compact rows of profile changes unexpanded).
 type ChangePrivateOutbox struct {
 	Channel string          `json:"channel"`
 	Kind    string          `json:"kind"`

@@ -42,3 +42,13 @@ SELECT api.change_trim(sqlc.narg(retention)::interval)::bigint AS deleted;
 SELECT c.channel::text AS channel, c.sqlstate::text AS sqlstate, c.message::text AS message,
        coalesce(c.hint, '')::text AS hint
 FROM api.change_channels_check(sqlc.arg(channels)::text[], sqlc.arg(is_admin)::boolean) c;
+
+-- name: ChangeSequencerWake :one
+-- Claims or renews this hub's lease on the awake sequencer, so that writers do not notify; false:
+-- another hub holds one.
+SELECT api.change_sequencer_wake(sqlc.arg(hub)::integer, sqlc.arg(lease_ms)::integer * interval '1 millisecond')::boolean AS awake;
+
+-- name: ChangeSequencerSleep :one
+-- Ends this hub's lease; true: it may stop sequencing by itself (nothing pending, no writer that
+-- read the lease still running), false: sequence and ask again.
+SELECT api.change_sequencer_sleep(sqlc.arg(hub)::integer)::boolean AS asleep;

@@ -5,7 +5,8 @@
 -- sql/change/03_read.sql reads and trims the log.
 --
 -- Public functions: api.change_publish (here); api.change_sequence, api.change_announce,
--- api.changes_pending (sql/change/02_sequence.sql); api.changes_after, api.changes_since,
+-- api.changes_pending, api.change_sequencer_wake, api.change_sequencer_sleep
+-- (sql/change/02_sequence.sql); api.changes_after, api.changes_since,
 -- api.change_channels_check, api.change_resume, api.change_status, api.change_trim
 -- (sql/change/03_read.sql).
 --
@@ -17,13 +18,16 @@
 --    writer, and the trigger of profile.dead_letters every dead letter (sql/profile/13_change.sql);
 --    api.profile_reap publishes on channel reaper (sql/profile/10_reaper.sql).
 --    The statement trigger of silo.change_pending (below) calls pg_notify('silo_change_pending', '')
---    (identical notifications of one transaction collapse into one, delivered at commit), unless
---    the setting silo.change_notify is off.
+--    (identical notifications of one transaction collapse into one, delivered at commit) when no
+--    websocket hub is awake, unless the setting silo.change_notify is off. While a hub is awake
+--    (a notification woke it, and it has numbered changes within the last 20 ms) writers do not
+--    notify: PostgreSQL makes notifying commits wait for each other. The protocol, and why no
+--    change waits for it: sql/change/02_sequence.sql.
 -- 2. api.change_sequence, called by the websocket hub of every Silo process when it hears
---    silo_change_pending (and once a second as a safety net), moves the committed pending rows into
---    silo.changes under an advisory lock and numbers them from silo.change_id_seq: the order of
---    silo.changes.id is the order in which changes became visible. The highest id is notified on
---    'silo_changes' (by the process, api.change_announce, right after the run).
+--    silo_change_pending, every few milliseconds while the hub is awake, and once a second as a
+--    safety net, moves the committed pending rows into silo.changes under an advisory lock and
+--    numbers them from silo.change_id_seq: the order of silo.changes.id is the order in which
+--    changes became visible. The highest id is notified on 'silo_changes' at the run's commit.
 -- 3. Each process reads the new rows once (api.changes_after) and fans them out in memory to its
 --    websocket subscribers. A subscriber that (re)connects with the last id it saw first receives
 --    every later change from the log (api.changes_since), then live ones.
@@ -70,10 +74,11 @@
 -- silo.change_notify (a PostgreSQL setting; default on): PostgreSQL serializes the commits of
 -- transactions that notify (each holds a database-wide lock from its pre-commit to the end of its
 -- commit, including the WAL flush), so concurrent small write transactions that notify lose group
--- commit. Where write throughput matters more than a few milliseconds of latency, turn it off for
--- the database (ALTER DATABASE silo SET silo.change_notify = off) and restart the Silo processes:
--- writers then do not notify, and the processes, which read the setting when they connect, poll
--- api.change_sequence every 10 ms instead.
+-- commit. By default only a writer that finds no hub awake notifies (sql/change/02_sequence.sql),
+-- so under load writers do not. Off for the database (ALTER DATABASE silo SET silo.change_notify =
+-- off, then restart the Silo processes), writers never notify and do not look at the hubs' state,
+-- and the processes, which read the setting when they connect, poll api.change_sequence every
+-- 10 ms instead, awake or not: for a database whose writers must not notify at all.
 --
 -- Which channels a subscription matches: a pattern matches a channel equal to it; a pattern ending
 -- in * matches every channel that starts with what comes before the *, so profile:customer:*
@@ -207,7 +212,7 @@ COMMENT ON FUNCTION change_private.triggers_on() IS
 CREATE VIEW change_private.outbox AS
     SELECT p.channel, p.kind, p.payload, p.readers FROM silo.change_pending p;
 COMMENT ON VIEW change_private.outbox IS
-    'Where SQL publishes many changes in one statement: INSERT INTO change_private.outbox (channel, kind, payload, readers) SELECT ... Columns: channel (a name without *), kind (what happened), payload (a JSON object of ids, never the data; default {}), readers (who may see it; default {}: admins only). Unlike api.change_publish it checks nothing beyond the NOT NULL columns of silo.change_pending (23502 for a NULL). The rows are numbered into silo.changes after commit; the statement notifies silo_change_pending once, unless silo.change_notify is off. Reading it shows the plain pending rows (compact rows of profile changes unexpanded).';
+    'Where SQL publishes many changes in one statement: INSERT INTO change_private.outbox (channel, kind, payload, readers) SELECT ... Columns: channel (a name without *), kind (what happened), payload (a JSON object of ids, never the data; default {}), readers (who may see it; default {}: admins only). Unlike api.change_publish it checks nothing beyond the NOT NULL columns of silo.change_pending (23502 for a NULL). The rows are numbered into silo.changes after commit; the statement notifies silo_change_pending once when no websocket hub is awake (the trigger of silo.change_pending), unless silo.change_notify is off. Reading it shows the plain pending rows (compact rows of profile changes unexpanded).';
 
 CREATE FUNCTION api.change_publish(p_channel text, p_kind text, p_payload jsonb DEFAULT '{}',
                                    p_readers text[] DEFAULT '{}')
@@ -237,7 +242,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.change_publish(text, text, jsonb, text[]) IS
-    'Publishes one change in the caller''s transaction. p_channel: the channel, a name of its own (change_private.named_channels: dead-letters, reaper) or {namespace}:{name} (e.g. reports:daily), without *, at most 1000 characters (change_private.channel_problem); p_kind: what happened, non-empty; p_payload (default {}; NULL counts as {}): a small JSON object of ids, never the data; p_readers (default {}: admins only; NULL counts as {}): who may see it, e.g. {_all} everyone, {_auth} every token, or reader roles. Returns nothing. After commit the change is numbered in commit order into silo.changes, and websocket subscribers of a matching channel whose readers overlap p_readers (and admins) receive it; notifies silo_change_pending at commit unless silo.change_notify is off. Raises SLINV for a NULL or invalid channel (empty, with *, over 1000 characters, or neither a name of its own nor {namespace}:{name}: bogus), readers for a channel for admins only (dead-letters), a NULL or empty kind, or a payload that is not a JSON object.';
+    'Publishes one change in the caller''s transaction. p_channel: the channel, a name of its own (change_private.named_channels: dead-letters, reaper) or {namespace}:{name} (e.g. reports:daily), without *, at most 1000 characters (change_private.channel_problem); p_kind: what happened, non-empty; p_payload (default {}; NULL counts as {}): a small JSON object of ids, never the data; p_readers (default {}: admins only; NULL counts as {}): who may see it, e.g. {_all} everyone, {_auth} every token, or reader roles. Returns nothing. After commit the change is numbered in commit order into silo.changes, and websocket subscribers of a matching channel whose readers overlap p_readers (and admins) receive it; notifies silo_change_pending at commit when no websocket hub is awake (the trigger of silo.change_pending), unless silo.change_notify is off. Raises SLINV for a NULL or invalid channel (empty, with *, over 1000 characters, or neither a name of its own nor {namespace}:{name}: bogus), readers for a channel for admins only (dead-letters), a NULL or empty kind, or a payload that is not a JSON object.';
 
 -- The compact form costs the writer one array per column instead of a JSON object per profile:
 -- grouping and payloads are built off the write path, by api.change_sequence.
@@ -256,24 +261,32 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION change_private.publish_grains(text, text[], text[], text[], text[]) IS
-    'Publishes that profile grains changed or were deleted, in compact form: p_kind (changed or deleted) and four aligned arrays with one element per grain row: p_correlation_id, p_profile_type, p_reader, p_path. Writes one pending row on channel profile:* that api.change_sequence expands into one change per profile and reader on channel profile:{type}:{id}. Returns the pending rows written: 0 when p_correlation_id is NULL or empty or silo.change_capture is off, else 1. Raises 2202E (array_subscript_error) when the arrays differ in length; notifies silo_change_pending at commit (the trigger of silo.change_pending) unless silo.change_notify is off.';
+    'Publishes that profile grains changed or were deleted, in compact form: p_kind (changed or deleted) and four aligned arrays with one element per grain row: p_correlation_id, p_profile_type, p_reader, p_path. Writes one pending row on channel profile:* that api.change_sequence expands into one change per profile and reader on channel profile:{type}:{id}. Returns the pending rows written: 0 when p_correlation_id is NULL or empty or silo.change_capture is off, else 1. Raises 2202E (array_subscript_error) when the arrays differ in length; notifies silo_change_pending at commit when no websocket hub is awake (the trigger of silo.change_pending), unless silo.change_notify is off.';
 
 -- The payload is empty on purpose: PostgreSQL delivers identical notifications of one transaction
 -- once, so a transaction that publishes many times costs the listeners one wake-up. A statement
--- trigger fires for an INSERT of no rows too, hence the look at new_rows.
+-- trigger fires for an INSERT of no rows too, hence the look at new_rows. The lock and the look at
+-- the state are W1 and W2 of the protocol in sql/change/02_sequence.sql: a writer notifies only
+-- when no hub is awake, because notifying commits wait for each other.
 CREATE FUNCTION change_private.tg_change_pending__notify()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF current_setting('silo.change_notify', true) IS DISTINCT FROM 'off' AND EXISTS (SELECT FROM new_rows) THEN
-        PERFORM pg_notify('silo_change_pending', '');
+        PERFORM pg_advisory_xact_lock_shared(8316297411675845986);  -- 0x73696c6f2d707562, "silo-pub" in ASCII
+        -- change_private.sequencer_awake(), written out: a call of an SQL function that is not
+        -- inlined is planned anew each time, which cost the writer some 30 microseconds.
+        IF coalesce(pg_sequence_last_value('silo.change_sequencer_awake'), 0) / 1000000
+           <= (date_part('epoch', clock_timestamp()) * 1000)::bigint THEN
+            PERFORM pg_notify('silo_change_pending', '');
+        END IF;
     END IF;
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION change_private.tg_change_pending__notify() IS
-    'AFTER INSERT statement trigger of silo.change_pending: when the statement inserted rows, notifies silo_change_pending (empty payload; delivered once per transaction, at commit) so that listening Silo processes run api.change_sequence; not while the PostgreSQL setting silo.change_notify is off. Returns NULL; raises nothing.';
+    'AFTER INSERT statement trigger of silo.change_pending: when the statement inserted rows, takes the advisory lock "silo-pub" in shared mode to the end of the transaction (a hub going to sleep waits for it) and, unless a websocket hub is awake (change_private.sequencer_awake), notifies silo_change_pending (empty payload; delivered once per transaction, at commit) so that listening Silo processes run api.change_sequence. Does nothing while the PostgreSQL setting silo.change_notify is off. Returns NULL; raises nothing.';
 
 CREATE TRIGGER change_pending_notify AFTER INSERT ON silo.change_pending
     REFERENCING NEW TABLE AS new_rows

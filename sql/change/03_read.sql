@@ -143,18 +143,21 @@ CREATE FUNCTION api.change_status(
     OUT oldest_id bigint,
     OUT trimmed_through bigint,
     OUT pending bigint,
-    OUT retention text)
-LANGUAGE sql STABLE
+    OUT retention text,
+    OUT sequencer_awake_until timestamptz)
+LANGUAGE sql VOLATILE
 AS $$
     SELECT greatest(coalesce((SELECT max(c.id) FROM silo.changes c), 0), h.trimmed_through),
            (SELECT min(c.id) FROM silo.changes c),
            h.trimmed_through,
            (SELECT count(*) FROM silo.change_pending),
-           settings_private.setting('change_retention', '24 hours')
+           settings_private.setting('change_retention', '24 hours'),
+           (SELECT to_timestamp((s.last_value / 1000000) / 1000.0) FROM silo.change_sequencer_awake s
+            WHERE change_private.sequencer_awake())
     FROM silo.change_horizon h;
 $$;
 COMMENT ON FUNCTION api.change_status() IS
-    'The state of the change log, for DBAs and for a starting Silo process (whose websocket hub starts its feed at last_id). One row: last_id, the highest change id (0: none yet; the trim horizon when the log is empty); oldest_id, the lowest id kept (NULL: the log is empty); trimmed_through, the trim horizon; pending, the rows of silo.change_pending waiting for api.change_sequence; retention, the silo.settings value change_retention as written (default 24 hours). No arguments; raises nothing.';
+    'The state of the change log, for DBAs and for a starting Silo process (whose websocket hub starts its feed at last_id). One row: last_id, the highest change id (0: none yet; the trim horizon when the log is empty); oldest_id, the lowest id kept (NULL: the log is empty); trimmed_through, the trim horizon; pending, the rows of silo.change_pending waiting for api.change_sequence; retention, the silo.settings value change_retention as written (default 24 hours); sequencer_awake_until, until when a websocket hub is awake and sequences by itself, so that writers do not notify silo_change_pending (NULL: every hub is asleep; sql/change/02_sequence.sql). No arguments; raises nothing.';
 
 -- Deletes by id, up to the newest expired change, so that the log stays every change after the
 -- horizon and the horizon is exact. It does not take the sequencer's lock, so sequencing goes on
