@@ -19,8 +19,8 @@ package main
 //     other profiles, which keeps the hub awake, so that the writers do not notify. Latency is
 //     from the return of the committing call to the receipt of the message by the client (both in
 //     this process). Baseline: a bare pg_notify committed on one connection and received on a
-//     LISTEN connection. Measured as configured by default (writers notify), then with writers not
-//     notifying and a hub polling every 10 ms.
+//     LISTEN connection. Measured as configured by default (writers notify while no hub is awake),
+//     then with writers never notifying and a hub polling every 10 ms.
 //   - Idle clients: 10,000 websocket clients (in a child process, so that their memory is not
 //     counted) each subscribed to a profile; the server's Go memory (heap + stacks, after a GC)
 //     and resident set before and after, per client. A write to ten of them checks the hub still
@@ -109,7 +109,7 @@ func notifyWorkload(ctx context.Context, bn *bench, rp *report) error {
 		return err
 	}
 
-	// Latency as configured by default: writers notify.
+	// Latency as configured by default: writers notify while no hub is awake.
 	hub, wsURL, stop, err := bn.startHub(ctx, 0)
 	if err != nil {
 		return err

@@ -20,18 +20,18 @@ import (
 //
 // One dedicated connection per process LISTENs on silo_change_pending and silo_changes. When
 // pending changes are announced (and once every PollInterval without notifications, as a safety
-// net), the hub calls api.change_sequence, which numbers committed changes in commit order, then
-// announces them on silo_changes. Writers notify only while no hub is awake, because notifying
+// net), the hub calls api.change_sequence, which numbers committed changes in commit order and
+// notifies silo_changes at its commit. Writers notify only while no hub is awake, because notifying
 // commits wait for each other: a hub that hears one becomes the awake sequencer and sequences every
 // AwakePollInterval by itself until it has seen no change for AwakeLinger (sequencer.go; the
 // protocol is in sql/change/02_sequence.sql). A database whose writers never notify
 // (silo.change_notify = off, set with ALTER DATABASE ... SET) is polled every 10 ms instead
-// (listen.go). On silo_changes the hub reads the new rows once
-// (api.changes_after) and fans each out, in id order, to the clients whose subscriptions match its
-// channel and who may see it (fanout.go). Each client has a bounded queue (queue.go): a client that
-// falls behind is disconnected and told the id to resume from, it never slows the others down.
-// Everything a client misses while disconnected it reads back from the change log when it resumes
-// (api.changes_since, see session.go).
+// (listen.go). On silo_changes the hub reads the new rows once (api.changes_after) and fans each
+// out, in id order, to the clients whose subscriptions match its channel and who may see it
+// (fanout.go). Each client has a bounded queue (queue.go): a client that falls behind is
+// disconnected and told the id to resume from, it never slows the others down. Everything a client
+// misses while disconnected it reads back from the change log when it resumes (api.changes_since,
+// see session.go).
 //
 // Channels are plain strings; the hub knows nothing of profiles. Kinds listed in
 // Config.CoalesceKinds may be coalesced for subscribers that ask for a debounce.
