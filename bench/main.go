@@ -24,7 +24,8 @@
 //
 // A workload file registers its workload in an init function with register: its position in the
 // run and the SILO_BENCH_ONLY values that select it. SILO_BENCH_ONLY=apply runs workload 1 alone;
-// SILO_BENCH_ONLY=async workloads 1 (mix) and 5; SILO_BENCH_ONLY=notify workload 6 alone.
+// SILO_BENCH_ONLY=async workloads 1 (mix) and 5; SILO_BENCH_ONLY=single workload 3;
+// SILO_BENCH_ONLY=notify workload 6 alone.
 package main
 
 import (

@@ -39,7 +39,7 @@ SET value = excluded.value, certainty = excluded.certainty, inserted = excluded.
 
 func init() {
 	register(workload{order: 30, run: httpBatchWorkload})
-	register(workload{order: 40, run: singleWorkload})
+	register(workload{order: 40, only: []string{"single"}, run: singleWorkload})
 }
 
 // post sends a body to POST /profile-updates and returns the number of updates not applied.
