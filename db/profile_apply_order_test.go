@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/silo-db/silo/db/dbtest"
@@ -115,16 +116,7 @@ func TestProfileApplyAfterALockWaitGetsLaterTime(t *testing.T) {
 		_, err := second.Exec(ctx, `SELECT api.profile_apply('{"_id": "wait", "_path": ["g"], "_operation": "_set_with_history", "_value": {"_v": "second"}}')`)
 		done <- err
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var waiting bool
-		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
-		if waiting {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the second writer did not wait for the lock")
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitForLock(t, pool, pid)
 	time.Sleep(20 * time.Millisecond)
 	_, err = first.Exec(ctx, `SELECT api.profile_apply('{"_id": "wait", "_path": ["g"], "_operation": "_set_with_history", "_value": {"_v": "first"}}')`)
 	require.NoError(t, err)
@@ -177,16 +169,7 @@ func TestProfileApplyOverAConcurrentNewGrainGetsLaterTime(t *testing.T) {
 			{"_id": "fresh", "_path": ["n"], "_operation": "_inc", "_value": {"_v": "0|1|1"}}]')`)
 		done <- err
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var waiting bool
-		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
-		if waiting {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the late writer did not wait for the lock")
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitForLock(t, pool, pid)
 	time.Sleep(20 * time.Millisecond)
 	// Meanwhile another writer creates the grains.
 	_, err = pool.Exec(ctx, `SELECT * FROM api.profile_apply_batch('[
@@ -218,4 +201,15 @@ func TestProfileApplyOverAConcurrentNewGrainGetsLaterTime(t *testing.T) {
 	for _, g := range got {
 		require.GreaterOrEqual(t, g.Inserted, earlyIn, "%s: written after the value it replaced", g.Path)
 	}
+}
+
+// waitForLock waits until backend pid waits for a lock.
+func waitForLock(t *testing.T, pool *pgxpool.Pool, pid int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := pool.QueryRow(context.Background(),
+			`SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting)
+		return err == nil && waiting
+	}, 30*time.Second, 10*time.Millisecond, "backend %d did not wait for a lock", pid)
 }

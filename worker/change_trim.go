@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/silo-db/silo/db"
 )
@@ -27,14 +26,7 @@ func (ChangeTrimArgs) Kind() string { return "change_trim" }
 // InsertOpts puts the job in the maintenance queue; while one is queued or running, the next
 // period adds none.
 func (ChangeTrimArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{
-		Queue:       QueueMaintenance,
-		MaxAttempts: 3,
-		UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
-			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-			rivertype.JobStateRetryable, rivertype.JobStateScheduled,
-		}},
-	}
+	return singletonMaintenanceJob()
 }
 
 // ChangeTrimWorker calls api.change_trim, which also drops pending changes past the retention that

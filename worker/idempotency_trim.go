@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/silo-db/silo/db"
 )
@@ -24,14 +23,7 @@ func (IdempotencyTrimArgs) Kind() string { return "idempotency_trim" }
 // InsertOpts puts the job in the maintenance queue; while one is queued or running, the next
 // period adds none.
 func (IdempotencyTrimArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{
-		Queue:       QueueMaintenance,
-		MaxAttempts: 3,
-		UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
-			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-			rivertype.JobStateRetryable, rivertype.JobStateScheduled,
-		}},
-	}
+	return singletonMaintenanceJob()
 }
 
 // IdempotencyTrimWorker calls api.idempotency_trim with the window of silo.settings.

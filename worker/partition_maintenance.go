@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/silo-db/silo/db"
 )
@@ -28,14 +27,7 @@ func (PartitionMaintenanceArgs) Kind() string { return "partition_maintenance" }
 // InsertOpts puts the job in the maintenance queue; while one is queued or running, the next
 // period adds none.
 func (PartitionMaintenanceArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{
-		Queue:       QueueMaintenance,
-		MaxAttempts: 3,
-		UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
-			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-			rivertype.JobStateRetryable, rivertype.JobStateScheduled,
-		}},
-	}
+	return singletonMaintenanceJob()
 }
 
 // PartitionMaintenanceWorker calls api.partition_maintain, which maintains every table and reports

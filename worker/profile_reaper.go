@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/silo-db/silo/db"
 )
@@ -30,14 +29,7 @@ func (ReaperArgs) Kind() string { return "profile_reap" }
 // InsertOpts puts the job in the maintenance queue. While one run is queued or running, the next
 // period adds none: a long run is not joined by a second one (which would be safe, only useless).
 func (ReaperArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{
-		Queue:       QueueMaintenance,
-		MaxAttempts: 3,
-		UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
-			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-			rivertype.JobStateRetryable, rivertype.JobStateScheduled,
-		}},
-	}
+	return singletonMaintenanceJob()
 }
 
 // ReaperWorker runs one reaper run: api.profile_reap batches until nothing is due or the budget is

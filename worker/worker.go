@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/silo-db/silo/db"
 )
@@ -17,6 +18,20 @@ import (
 const (
 	QueueMaintenance = "maintenance"
 )
+
+// singletonMaintenanceJob is how a periodic maintenance job is inserted: in the maintenance queue,
+// up to three attempts, and never a second one while one is queued, running or waiting to retry,
+// so a slow run is not followed by a pile of them.
+func singletonMaintenanceJob() river.InsertOpts {
+	return river.InsertOpts{
+		Queue:       QueueMaintenance,
+		MaxAttempts: 3,
+		UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
+			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+			rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+		}},
+	}
+}
 
 // Config configures the River client.
 type Config struct {
