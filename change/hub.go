@@ -22,10 +22,10 @@ import (
 // pending changes are announced (and once every PollInterval without notifications, as a safety
 // net), the hub calls api.change_sequence, which numbers committed changes in commit order and
 // notifies silo_changes at its commit. Writers notify only while no hub is awake, because notifying
-// commits wait for each other: a hub that hears one becomes the awake sequencer and sequences every
-// AwakePollInterval by itself until it has seen no change for AwakeLinger (sequencer.go; the
-// protocol is in sql/change/02_sequence.sql). A database whose writers never notify
-// (silo.change_notify = off, set with ALTER DATABASE ... SET) is polled every 10 ms instead
+// commits wait for each other: a hub that hears two within AwakeLinger becomes the awake sequencer
+// and sequences every AwakePollInterval by itself until it has seen no change for AwakeLinger
+// (sequencer.go; the protocol is in sql/change/02_sequence.sql). A database whose writers never
+// notify (silo.change_notify = off, set with ALTER DATABASE ... SET) is polled every 10 ms instead
 // (listen.go). On silo_changes the hub reads the new rows once (api.changes_after) and fans each
 // out, in id order, to the clients whose subscriptions match its channel and who may see it
 // (fanout.go). Each client has a bounded queue (queue.go): a client that falls behind is
@@ -45,9 +45,9 @@ type Config struct {
 	PollInterval time.Duration
 	// AwakePollInterval: how often an awake hub sequences by itself, writers not notifying it (5ms).
 	AwakePollInterval time.Duration
-	// AwakeLinger: how long an awake hub goes on after the last change it numbered before it goes
-	// back to sleep, writers notifying again (20ms). Writers further apart than this notify, which
-	// costs nothing at such a rate and is the quicker path.
+	// AwakeLinger: a hub that hears two writers within this time becomes the awake sequencer, and
+	// goes on until this time has passed without a change, writers notifying again (20ms). Writers
+	// further apart notify, which costs nothing at such a rate and is the quicker path.
 	AwakeLinger time.Duration
 	// ClientBuffer: changes queued for one client before it counts as too slow and is disconnected
 	// (4096).
@@ -122,6 +122,7 @@ type Hub struct {
 
 	sequenceSignal chan struct{} // sequence once (the safety net, a reconnection)
 	wakeSignal     chan struct{} // a writer notified silo_change_pending: no hub was awake
+	heard          atomic.Int64  // writers' notifications not yet seen by the sequencer
 	fetchSignal    chan struct{}
 	notified       atomic.Int64 // highest id announced by silo_changes or returned by change_sequence
 	number         int32        // this hub's number in the awake sequencer's lease (1 to 999,999)

@@ -116,6 +116,7 @@ func (h *Hub) listen(ctx context.Context) error {
 		switch n.Channel {
 		case notifyPending:
 			// A writer found no hub awake.
+			h.heard.Add(1)
 			signal(h.wakeSignal)
 		case notifyChanges:
 			if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {

@@ -10,9 +10,11 @@ import (
 // The sequencer: the loop that numbers committed changes (api.change_sequence) and announces them.
 //
 // Writers notify silo_change_pending only when no hub is awake, because PostgreSQL makes notifying
-// commits wait for each other. So a hub that hears a writer claims the lease of the awake
-// sequencer (api.change_sequencer_wake): while it holds it, writers do not notify and the hub
-// sequences every AwakePollInterval by itself. After AwakeLinger without a change it gives the
+// commits wait for each other. So a hub that hears writers close together (two notifications
+// within AwakeLinger) claims the lease of the awake sequencer (api.change_sequencer_wake): while it
+// holds it, writers do not notify and the hub sequences every AwakePollInterval by itself. Writers
+// further apart notify each time, which costs them nothing at such a rate and is the quickest way
+// to their subscribers. After AwakeLinger without a change it gives the
 // lease up (api.change_sequencer_sleep) and drains: it goes on sequencing until no writer that read
 // the lease can still commit, then sleeps. The protocol, and why no change waits for it, is in
 // sql/change/02_sequence.sql.
@@ -21,8 +23,8 @@ import (
 type sequencerState int
 
 const (
-	// asleep: runs when a writer notifies (and then claims the lease), when the listener's safety
-	// net fires and after a reconnection.
+	// asleep: runs when a writer notifies (and claims the lease when writers come close
+	// together), when the listener's safety net fires and after a reconnection.
 	asleep sequencerState = iota
 	// awake: holds the lease; runs every AwakePollInterval and renews the lease every half lease.
 	awake
@@ -49,6 +51,7 @@ type sequencer struct {
 	interval  time.Duration // pause before the next run, awake or draining
 	lastMoved time.Time     // when a run last moved changes (awake)
 	renewed   time.Time     // when the lease was last claimed or renewed
+	lastHeard time.Time     // when a writer's notification was last heard
 }
 
 // sequenceLoop runs api.change_sequence when asked and, while awake or draining, on its own;
@@ -66,24 +69,29 @@ func (h *Hub) sequenceLoop() {
 			timer.Reset(s.interval)
 			tick = timer.C
 		}
-		woken := false
 		select {
 		case <-h.ctx.Done():
 			return
 		case <-h.wakeSignal:
-			woken = true
 		case <-h.sequenceSignal:
 		case <-tick:
 		}
-		s.step(woken)
+		s.step(h.heard.Swap(0))
 	}
 }
 
-// step is one turn of the loop; woken: a writer notified silo_change_pending, so it found no hub
-// awake.
-func (s *sequencer) step(woken bool) {
+// step is one turn of the loop; heard: the notifications of writers on silo_change_pending since
+// the last turn (each writer that notified found no hub awake).
+func (s *sequencer) step(heard int64) {
 	h := s.h
-	claim := woken && !h.notifyOff.Load()
+	now := time.Now()
+	// Writers close together: be awake, so that they stop notifying. A notification that reaches
+	// an awake hub means its lease is gone (it ran out, or another hub's sleep ended it): renew.
+	claim := heard > 0 && !h.notifyOff.Load() &&
+		(heard > 1 || s.state != asleep || now.Sub(s.lastHeard) <= h.cfg.AwakeLinger)
+	if heard > 0 {
+		s.lastHeard = now
+	}
 	if s.state == draining && !claim {
 		ok, err := s.sleep()
 		if err == nil && ok {
@@ -102,7 +110,7 @@ func (s *sequencer) step(woken bool) {
 		// After the run, so that the change of the writer who notified goes out first.
 		s.claim()
 	}
-	now := time.Now()
+	now = time.Now()
 	switch s.state {
 	case awake:
 		s.interval = h.cfg.AwakePollInterval

@@ -18,9 +18,56 @@ import (
 	"github.com/silo-db/silo/change"
 )
 
-// quickSequencer wakes and sleeps at every occasion: it sequences every millisecond while awake
-// and sleeps 2 ms after the last change.
-var quickSequencer = change.Config{PollInterval: time.Hour, AwakePollInterval: time.Millisecond, AwakeLinger: 2 * time.Millisecond}
+// quickSequencer wakes and sleeps at every occasion: it wakes when two writers come within 10 ms,
+// sequences every millisecond while awake and sleeps 10 ms after the last change.
+var quickSequencer = change.Config{PollInterval: time.Hour, AwakePollInterval: time.Millisecond, AwakeLinger: 10 * time.Millisecond}
+
+// watchAwake reports, once stop is called, whether the hub was ever seen awake meanwhile (an
+// awake hub stays so for at least its AwakeLinger, far longer than the sampling period).
+func (b *testBundle) watchAwake() (stop func() bool) {
+	done := make(chan struct{})
+	seen := make(chan bool, 1)
+	go func() {
+		awake := false
+		for {
+			select {
+			case <-done:
+				seen <- awake
+				return
+			case <-time.After(100 * time.Microsecond):
+				awake = awake || b.hub.Awake()
+			}
+		}
+	}()
+	return func() bool {
+		close(done)
+		return <-seen
+	}
+}
+
+// wake makes the hub the awake sequencer: writers close together, until it is.
+func (b *testBundle) wake(t *testing.T, c *wsClient) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; !b.hub.Awake(); i++ {
+		require.True(t, time.Now().Before(deadline), "the sequencer does not wake")
+		var wg sync.WaitGroup
+		for w := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := b.pool.Exec(ctx, `SELECT api.change_publish($1, 'k')`, fmt.Sprintf("ops:wake-%d-%d", i, w))
+				if err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		c.nextType("change")
+		c.nextType("change")
+	}
+}
 
 // waitAsleep waits until the hub sleeps and no lease stands.
 func (b *testBundle) waitAsleep(t *testing.T) {
@@ -38,9 +85,10 @@ func (b *testBundle) waitAsleep(t *testing.T) {
 }
 
 // Rounds of concurrent writers, each round starting with the hub asleep: the first writers notify
-// and wake it, the later ones find it awake and do not, and the hub goes to sleep while some of
-// them are still running (slow writers, writers of several statements, writers in REPEATABLE
-// READ, writers that roll back). After each round every committed change reaches the subscriber.
+// and wake it (they come within 10 ms), later ones find it awake and do not, and the hub tries to
+// sleep while some of them are still open (writers that stay open longer than the hub lingers,
+// writers of several statements, writers in REPEATABLE READ, writers that roll back). After each
+// round every committed change reaches the subscriber.
 func TestHubSequencerLosesNoWakeup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -49,8 +97,9 @@ func TestHubSequencerLosesNoWakeup(t *testing.T) {
 	c.nextType("ready")
 	c.nextType("subscribed")
 
-	const rounds, writers = 25, 6
+	const rounds, writers = 25, 8
 	seen := map[string]bool{}
+	watched := b.watchAwake()
 	for round := range rounds {
 		b.waitAsleep(t)
 		var mu sync.Mutex
@@ -61,7 +110,9 @@ func TestHubSequencerLosesNoWakeup(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				r := rand.New(rand.NewPCG(uint64(round), uint64(w)))
-				time.Sleep(time.Duration(r.IntN(4000)) * time.Microsecond)
+				if w >= 2 { // the first two come together and wake the hub
+					time.Sleep(time.Duration(r.IntN(15000)) * time.Microsecond)
+				}
 				opts := pgx.TxOptions{}
 				if w%3 == 2 {
 					opts.IsoLevel = pgx.RepeatableRead
@@ -80,7 +131,8 @@ func TestHubSequencerLosesNoWakeup(t *testing.T) {
 						return
 					}
 					names = append(names, name)
-					time.Sleep(time.Duration(r.IntN(3000)) * time.Microsecond)
+					// Open across the hub's 10 ms of lingering, now and then.
+					time.Sleep(time.Duration(r.IntN(25000)) * time.Microsecond)
 				}
 				if r.IntN(5) == 0 {
 					return // rolled back
@@ -103,34 +155,26 @@ func TestHubSequencerLosesNoWakeup(t *testing.T) {
 		}
 	}
 	b.waitAsleep(t)
+	require.True(t, watched(), "writers close together never woke the hub")
 }
 
-// Writers that roll back leave gaps among the pending ids and hold nothing: the hub goes to sleep.
-// A writer that stays open while the hub tries to sleep has its change delivered when it commits:
-// it read the lease and does not notify, or found the hub asleep and does.
+// Writers that roll back leave gaps among the pending ids and hold nothing: the awake hub goes to
+// sleep. A writer that is open while the hub tries to sleep keeps it from sleeping (it read the
+// lease, it will not notify); when it commits, its change arrives and the hub sleeps.
 func TestHubSequencerSleepsAfterRollbacks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, quickSequencer, false)
+	b := setup(t, change.Config{PollInterval: time.Hour, AwakePollInterval: time.Millisecond, AwakeLinger: 200 * time.Millisecond}, false)
 	c := b.dial(t, "?channels=ops:*", bearer(b.admin))
 	c.nextType("ready")
 	c.nextType("subscribed")
-
 	publish := func(tx pgx.Tx, name string) {
 		t.Helper()
 		_, err := tx.Exec(ctx, `SELECT api.change_publish($1, 'k')`, name)
 		require.NoError(t, err)
 	}
-	commit := func(name string) {
-		t.Helper()
-		tx, err := b.pool.Begin(ctx)
-		require.NoError(t, err)
-		publish(tx, name)
-		require.NoError(t, tx.Commit(ctx))
-	}
-	b.waitAsleep(t)
-	commit("ops:wake")
-	require.Equal(t, "ops:wake", c.nextType("change").Channel)
+
+	b.wake(t, c)
 	for i := range 50 {
 		tx, err := b.pool.Begin(ctx)
 		require.NoError(t, err)
@@ -139,14 +183,13 @@ func TestHubSequencerSleepsAfterRollbacks(t *testing.T) {
 	}
 	b.waitAsleep(t)
 
-	// Awake again, with a writer that stays open while the hub tries to sleep.
-	commit("ops:wake-again")
-	require.Equal(t, "ops:wake-again", c.nextType("change").Channel)
+	b.wake(t, c)
 	open, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer open.Rollback(ctx)
-	publish(open, "ops:late")
-	time.Sleep(20 * time.Millisecond) // the hub tries to sleep meanwhile (it may not: the writer runs)
+	publish(open, "ops:late") // reads the lease: the hub is awake for 200 ms more at least
+	time.Sleep(400 * time.Millisecond)
+	require.True(t, b.hub.Awake(), "the hub slept while a writer that read its lease runs")
 	require.NoError(t, open.Commit(ctx))
 	require.Equal(t, "ops:late", c.nextType("change").Channel)
 	b.waitAsleep(t)

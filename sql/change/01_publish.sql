@@ -20,8 +20,8 @@
 --    The statement trigger of silo.change_pending (below) calls pg_notify('silo_change_pending', '')
 --    (identical notifications of one transaction collapse into one, delivered at commit) when no
 --    websocket hub is awake, unless the setting silo.change_notify is off. While a hub is awake
---    (a notification woke it, and it has numbered changes within the last 20 ms) writers do not
---    notify: PostgreSQL makes notifying commits wait for each other. The protocol, and why no
+--    (it heard writers close together, and has numbered changes within the last 20 ms) writers do
+--    not notify: PostgreSQL makes notifying commits wait for each other. The protocol, and why no
 --    change waits for it: sql/change/02_sequence.sql.
 -- 2. api.change_sequence, called by the websocket hub of every Silo process when it hears
 --    silo_change_pending, every few milliseconds while the hub is awake, and once a second as a

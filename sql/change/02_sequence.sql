@@ -11,9 +11,11 @@
 -- commits of the transactions that called pg_notify: each holds a database-wide lock from its
 -- pre-commit through its commit's WAL flush, so concurrent small writers that all notify lose
 -- group commit (measured: half the updates per second at 8 connections × 1 update per call). So a
--- writer notifies only when no hub is awake; an awake hub runs api.change_sequence every few
--- milliseconds by itself (5 ms, the Go hub's default), and goes back to sleep after a while without
--- changes (20 ms).
+-- writer notifies only when no hub is awake. A hub that hears writers close together (two
+-- notifications within 20 ms, the Go hub's default) becomes awake: it runs api.change_sequence
+-- every few milliseconds by itself (5 ms), and goes back to sleep after 20 ms without changes.
+-- Writers further apart notify each time, which costs them nothing at such a rate and is the
+-- quickest way to their subscribers.
 --
 -- The state is silo.change_sequencer_awake (an unlogged sequence, migrations/00014): a lease,
 -- (until) × 1,000,000 + (hub): the hub numbered hub runs api.change_sequence every few
@@ -33,9 +35,9 @@
 --
 -- A hub (change/sequencer.go) is in one of three states:
 -- * asleep: it runs api.change_sequence when it hears silo_change_pending, and once a second. A
---   notification means a writer found nobody awake: the hub claims the lease
---   (api.change_sequencer_wake, under the advisory lock "silo-awk", which orders the hubs' changes
---   of the state) and is awake, unless another hub holds an unexpired lease.
+--   notification means a writer found nobody awake; when writers come close together, the hub
+--   claims the lease (api.change_sequencer_wake, under the advisory lock "silo-awk", which orders
+--   the hubs' changes of the state) and is awake, unless another hub holds an unexpired lease.
 -- * awake: it runs api.change_sequence every few milliseconds and renews its lease every half
 --   lease. After a while without moving a change it calls api.change_sequencer_sleep:
 --     S1 (under "silo-awk") another hub holds an unexpired lease: that hub answers for every
