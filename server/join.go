@@ -24,22 +24,12 @@ import (
 // Only requests with the same group (what the call takes besides the requests: the readers of the
 // results, the priority of an enqueue) are joined. A large request is a call of its own, so that it
 // delays no small one.
-//
-// One call at a time, normally: the requests that arrive while a call is in flight wait for it and
-// join the next call. A call of many updates costs the database far less than several calls of a
-// few (each call and each commit, with its WAL flush, has a fixed cost), and a busy database is
-// busy on the CPU. A second call starts next to the first only when the first has kept the others
-// waiting for joinParallelAfter (a slow disk, a lock wait, a database with cores to spare), or at
-// once when joinParallelWaiting requests are waiting.
 
 const (
 	joinMaxBytes    = 64 << 10 // a larger request is a call of its own
 	joinCallBytes   = 1 << 20  // requests joined into one call, in bytes of JSON at most
 	joinCallMax     = 1000     // requests joined into one call at most
-	joinCallsAtOnce = 2        // joined calls in flight at most, per route
-
-	joinParallelAfter   = 2 * time.Millisecond // how long requests wait for the call in flight
-	joinParallelWaiting = 64                   // requests waiting that start a second call at once
+	joinCallsAtOnce = 2        // joined calls in flight at once, per route
 )
 
 // writeRequest is one HTTP write request as a write route's SQL function takes it.
@@ -103,7 +93,6 @@ type joiner[G any, R any] struct {
 	call      func(ctx context.Context, group G, requests []byte) ([]R, error)
 	requestOf func(R) int32
 	queue     chan *joinItem[G, R]
-	turn      chan struct{} // holds a token while the one call that others wait for is in flight
 }
 
 type joinItem[G any, R any] struct {
@@ -119,7 +108,7 @@ type joinReply[R any] struct {
 }
 
 func newJoiner[G any, R any](call func(context.Context, G, []byte) ([]R, error), requestOf func(R) int32) *joiner[G, R] {
-	j := &joiner[G, R]{call: call, requestOf: requestOf, queue: make(chan *joinItem[G, R], 4096), turn: make(chan struct{}, 1)}
+	j := &joiner[G, R]{call: call, requestOf: requestOf, queue: make(chan *joinItem[G, R], 4096)}
 	for range joinCallsAtOnce {
 		go j.run()
 	}
@@ -150,7 +139,6 @@ func (j *joiner[G, R]) do(ctx context.Context, group G, key string, req writeReq
 
 func (j *joiner[G, R]) run() {
 	for first := range j.queue {
-		turn := j.takeTurn()
 		items := []*joinItem[G, R]{first}
 		size := len(first.req.body)
 	collect:
@@ -175,31 +163,6 @@ func (j *joiner[G, R]) run() {
 		for _, k := range keys {
 			j.callGroup(groups[k])
 		}
-		if turn {
-			<-j.turn
-		}
-	}
-}
-
-// takeTurn waits until no other call holds the turn, takes it and returns true; it returns false,
-// for a second call next to the one in flight, when that one has kept it waiting for
-// joinParallelAfter or when joinParallelWaiting requests or more are waiting.
-func (j *joiner[G, R]) takeTurn() bool {
-	select {
-	case j.turn <- struct{}{}:
-		return true
-	default:
-	}
-	if len(j.queue) >= joinParallelWaiting {
-		return false
-	}
-	wait := time.NewTimer(joinParallelAfter)
-	defer wait.Stop()
-	select {
-	case j.turn <- struct{}{}:
-		return true
-	case <-wait.C:
-		return false
 	}
 }
 
