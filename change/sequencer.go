@@ -16,9 +16,9 @@ import (
 // within AwakeLinger) claims the lease of the awake sequencer (api.change_sequencer_wake): while it
 // holds it, writers do not notify and the hub sequences every AwakePollInterval by itself. Writers
 // further apart notify each time, which costs them nothing at such a rate and is the quickest way
-// to their subscribers. After AwakeLinger without a change it gives the
-// lease up (api.change_sequencer_sleep) and drains: it goes on sequencing until no writer that read
-// the lease can still commit, then sleeps. The protocol, and why no change waits for it, is in
+// to their subscribers. After AwakeLinger without a change the hub gives the lease up
+// (api.change_sequencer_sleep) and drains: it goes on sequencing until no writer that read the
+// lease can still commit, then sleeps. The protocol, and why no change waits for it, is in
 // sql/change/02_sequence.sql.
 
 // sequencerState is where a hub's sequencer is in the protocol.
