@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/silo-db/silo/db"
 )
 
@@ -14,9 +16,9 @@ import (
 // within AwakeLinger) claims the lease of the awake sequencer (api.change_sequencer_wake): while it
 // holds it, writers do not notify and the hub sequences every AwakePollInterval by itself. Writers
 // further apart notify each time, which costs them nothing at such a rate and is the quickest way
-// to their subscribers. After AwakeLinger without a change it gives the
-// lease up (api.change_sequencer_sleep) and drains: it goes on sequencing until no writer that read
-// the lease can still commit, then sleeps. The protocol, and why no change waits for it, is in
+// to their subscribers. After AwakeLinger without a change the hub gives the lease up
+// (api.change_sequencer_sleep) and drains: it goes on sequencing until no writer that read the
+// lease can still commit, then sleeps. The protocol, and why no change waits for it, is in
 // sql/change/02_sequence.sql.
 
 // sequencerState is where a hub's sequencer is in the protocol.
@@ -169,10 +171,23 @@ func (s *sequencer) sleep() (bool, error) {
 	h := s.h
 	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 	defer cancel()
-	ok, err := h.q.ChangeSequencerSleep(ctx, h.number)
+	ok, err := h.sleepCall(ctx)
 	if err != nil && h.ctx.Err() == nil {
 		h.log.Warn("error putting the sequencer to sleep", "err", err)
 	}
+	return ok, err
+}
+
+// sleepCall calls api.change_sequencer_sleep in a READ COMMITTED transaction of its own (it looks
+// for pending rows in a snapshot taken after it took a lock), whatever the database's default
+// isolation.
+func (h *Hub) sleepCall(ctx context.Context) (bool, error) {
+	var ok bool
+	err := pgx.BeginTxFunc(ctx, h.cfg.Pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		var err error
+		ok, err = h.q.WithTx(tx).ChangeSequencerSleep(ctx, h.number)
+		return err
+	})
 	return ok, err
 }
 
@@ -196,7 +211,7 @@ func (s *sequencer) stop() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, _ = s.h.q.ChangeSequencerSleep(ctx, s.h.number)
+	_, _ = s.h.sleepCall(ctx)
 	s.set(asleep)
 }
 

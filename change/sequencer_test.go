@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/silo-db/silo/change"
@@ -192,5 +193,26 @@ func TestHubSequencerSleepsAfterRollbacks(t *testing.T) {
 	require.True(t, b.hub.Awake(), "the hub slept while a writer that read its lease runs")
 	require.NoError(t, open.Commit(ctx))
 	require.Equal(t, "ops:late", c.nextType("change").Channel)
+	b.waitAsleep(t)
+}
+
+// The hub sleeps in a transaction of its own at READ COMMITTED, whatever the database's default
+// isolation.
+func TestHubSequencerSleepsUnderRepeatableReadDefault(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, change.Config{PollInterval: time.Hour, AwakePollInterval: time.Millisecond, AwakeLinger: 200 * time.Millisecond}, false,
+		func(pool *pgxpool.Pool) {
+			_, err := pool.Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = ''repeatable read''', current_database()); END $$`)
+			require.NoError(t, err)
+			pool.Reset() // connections made from now on take the setting
+		})
+	c := b.dial(t, "?channels=ops:*", bearer(b.admin))
+	c.nextType("ready")
+	c.nextType("subscribed")
+	var iso string
+	require.NoError(t, b.pool.QueryRow(ctx, `SHOW transaction_isolation`).Scan(&iso))
+	require.Equal(t, "repeatable read", iso)
+	b.wake(t, c)
 	b.waitAsleep(t)
 }
