@@ -16,7 +16,8 @@
 //	data.go             the update generators, the batches, Silo's and the raw writes of a batch,
 //	                    the prefill
 //	profile_apply.go    1. api.profile_apply_batch, 500 updates per call, the mix and 100% _set
-//	profile_http.go     2. and 3. POST /profile-updates, 500 updates per request and 1 per request
+//	profile_http.go     2. and 3. POST /profile-updates, 500 updates per request and 1 per request;
+//	                    1 per request synchronously and with ?mode=async, at 16 and 300 clients
 //	profile_read.go     4. GET /profiles/_d/{id} of a 20-grain profile with history
 //	profile_updater.go  5. the asynchronous updater: api.profile_enqueue and two `silo work` processes
 //	change_notify.go    6. change notifications: recording cost, commit-to-websocket latency, idle
@@ -24,8 +25,9 @@
 //
 // A workload file registers its workload in an init function with register: its position in the
 // run and the SILO_BENCH_ONLY values that select it. SILO_BENCH_ONLY=apply runs workload 1 alone;
-// SILO_BENCH_ONLY=async workloads 1 (mix) and 5; SILO_BENCH_ONLY=single workload 3;
-// SILO_BENCH_ONLY=notify workload 6 alone.
+// SILO_BENCH_ONLY=single workload 3 alone; SILO_BENCH_ONLY=modes the sync/async figures of
+// profile_http.go alone; SILO_BENCH_ONLY=async workloads 1 (mix) and 5; SILO_BENCH_ONLY=notify
+// workload 6 alone; several, comma-separated, run together (SILO_BENCH_ONLY=single,modes).
 package main
 
 import (

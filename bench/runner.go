@@ -35,14 +35,15 @@ var workloads []workload
 
 func register(w workload) { workloads = append(workloads, w) }
 
-// selected returns the workloads to run, in order: those that name only among their
-// SILO_BENCH_ONLY values, or all when only is empty or no workload names it.
+// selected returns the workloads to run, in order: those that name one of the comma-separated
+// values of only among their SILO_BENCH_ONLY values, or all when only is empty or no workload
+// names any.
 func selected(only string) []workload {
 	all := slices.Clone(workloads)
 	slices.SortStableFunc(all, func(a, b workload) int { return a.order - b.order })
 	var some []workload
 	for _, w := range all {
-		if only != "" && slices.Contains(w.only, only) {
+		if slices.ContainsFunc(strings.Split(only, ","), func(o string) bool { return o != "" && slices.Contains(w.only, o) }) {
 			some = append(some, w)
 		}
 	}
@@ -150,6 +151,50 @@ func closedLoop(n int, d time.Duration, fn func(client int) error) (float64, err
 	wg.Wait()
 	close(errc)
 	return float64(count.Load()) / time.Since(start).Seconds(), <-errc
+}
+
+// closedLoopTimed is closedLoop that also times every call: it returns the calls per second and
+// the median and 99th percentile of the calls' durations, in milliseconds.
+func closedLoopTimed(n int, d time.Duration, fn func(client int) error) (rate, p50, p99 float64, err error) {
+	took := make([][]float64, n) // per client: no lock on the hot path
+	rate, err = closedLoop(n, d, func(c int) error {
+		start := time.Now()
+		err := fn(c)
+		took[c] = append(took[c], float64(time.Since(start).Microseconds())/1000)
+		return err
+	})
+	all := slices.Concat(took...)
+	return rate, percentile(all, 0.5), percentile(all, 0.99), err
+}
+
+// cpuCost collects, run by run, the CPU time a closed-loop measure spent per call: in this
+// process (clients, in-process server, pools) and in the PostgreSQL backends of the bench
+// database (bench.cpuTimes), in microseconds. On a shared machine it moves less than the rates.
+type cpuCost struct{ self, backends []float64 }
+
+// around wraps a measure that returns calls per second so that each of its runs is recorded.
+func (c *cpuCost) around(ctx context.Context, bn *bench, measure func() (float64, error)) func() (float64, error) {
+	return func() (float64, error) {
+		s0, b0, err0 := bn.cpuTimes(ctx)
+		start := time.Now()
+		rate, err := measure()
+		calls := rate * time.Since(start).Seconds()
+		s1, b1, err1 := bn.cpuTimes(ctx)
+		if err == nil && err0 == nil && err1 == nil && calls > 0 {
+			c.self = append(c.self, float64((s1-s0).Microseconds())/calls)
+			c.backends = append(c.backends, float64((b1-b0).Microseconds())/calls)
+		}
+		return rate, err
+	}
+}
+
+// String gives the medians of the runs after the first (the warm-up).
+func (c *cpuCost) String() string {
+	if len(c.self) < 2 {
+		return "not measured"
+	}
+	s, b := median(c.self[1:]), median(c.backends[1:])
+	return fmt.Sprintf("%.0f µs (%.0f in the bench process, %.0f in PostgreSQL's backends)", s+b, s, b)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,17 +5,23 @@ package main
 // HTTP API served in process with a client for it.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/silo-db/silo/db"
 	"github.com/silo-db/silo/server"
@@ -32,6 +38,9 @@ type bench struct {
 	base   string // http://127.0.0.1:port
 	token  string
 	client *http.Client
+	// metrics is the in-process server's registry: the workloads read how the server joined
+	// requests into calls of api.profile_apply_batch (silo_profile_apply_batch_updates).
+	metrics *prometheus.Registry
 
 	// pgVersion, syncCommit and fsync are the server's settings, for the report's heading.
 	pgVersion, syncCommit, fsync string
@@ -99,8 +108,9 @@ func openBench(ctx context.Context, serverURL, tpl string) (_ *bench, _ func(), 
 	if err != nil {
 		return nil, nil, err
 	}
+	bn.metrics = prometheus.NewRegistry()
 	srv := &http.Server{
-		Handler:           server.New(server.Config{Pool: bn.silo, Logger: slog.New(slog.DiscardHandler), Version: "bench"}),
+		Handler:           server.New(server.Config{Pool: bn.silo, Logger: slog.New(slog.DiscardHandler), Version: "bench", Registry: bn.metrics}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() { _ = srv.Serve(ln) }()
@@ -110,8 +120,63 @@ func openBench(ctx context.Context, serverURL, tpl string) (_ *bench, _ func(), 
 		_ = srv.Shutdown(sctx)
 	})
 	bn.base = "http://" + ln.Addr().String()
+	// Enough idle connections for the most concurrent clients of a workload (profile_http.go), so
+	// that every client keeps its connection.
 	bn.client = &http.Client{Timeout: requestTimeout, Transport: &http.Transport{
-		MaxIdleConns: 64, MaxIdleConnsPerHost: 64, DisableCompression: true}}
+		MaxIdleConns: 512, MaxIdleConnsPerHost: 512, DisableCompression: true}}
 	closers = append(closers, bn.client.CloseIdleConnections)
 	return bn, closeAll, nil
+}
+
+// applyCalls returns how many calls of api.profile_apply_batch the in-process server has made and
+// how many updates they held, from its metrics.
+func (bn *bench) applyCalls() (calls, updates float64, err error) {
+	families, err := bn.metrics.Gather()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, f := range families {
+		if f.GetName() == "silo_profile_apply_batch_updates" {
+			for _, m := range f.GetMetric() {
+				calls += float64(m.GetHistogram().GetSampleCount())
+				updates += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return calls, updates, nil
+}
+
+// cpuTimes returns the CPU time used so far by this process (the HTTP clients, the in-process
+// server, the pools) and by the PostgreSQL backends connected to the bench database, read from
+// /proc (Linux). A backend that has exited since is not counted; the pools keep theirs.
+func (bn *bench) cpuTimes(ctx context.Context) (self, backends time.Duration, err error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0, err
+	}
+	self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	rows, err := bn.raw.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		return 0, 0, err
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, pid := range pids {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue // exited, or not on this machine
+		}
+		// utime and stime are fields 14 and 15, counted after the command name, which is in
+		// parentheses and may hold spaces; in clock ticks of 1/100 s.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		backends += time.Duration(ut+st) * 10 * time.Millisecond
+	}
+	return self, backends, nil
 }
