@@ -417,14 +417,14 @@ func testPartitionBackend(t *testing.T, pool *pgxpool.Pool, want string) {
 	_, err = pool.Exec(ctx, `SELECT partition.drop_time_partitioned('life.events')`)
 	require.NoError(t, err)
 	var left int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM partition.tables)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM partition.tables WHERE relation::text LIKE 'life.%')
 		+ (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'life')
-		+ (SELECT count(*) FROM api.partition_tables())`).Scan(&left))
+		+ (SELECT count(*) FROM api.partition_tables() WHERE table_name LIKE 'life.%')`).Scan(&left))
 	require.Zero(t, left)
 	if want == "native" {
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM partman.part_config`).Scan(&left))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM partman.part_config WHERE parent_table LIKE 'life.%'`).Scan(&left))
 		require.Zero(t, left)
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'partman' AND tablename LIKE 'template%'`).Scan(&left))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'partman' AND tablename LIKE 'template_life%'`).Scan(&left))
 		require.Zero(t, left)
 	}
 	_, err = pool.Exec(ctx, `SELECT partition.drop_time_partitioned('pg_class')`)

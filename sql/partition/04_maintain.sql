@@ -30,6 +30,9 @@ BEGIN
     SELECT count(*) INTO v_before FROM pg_catalog.pg_inherits WHERE inhparent = p_table;
     EXECUTE format('SELECT %I.partition_data_time(%L, p_batch_count => 1000, p_analyze => false)', p_ext, v_parent)
         INTO moved_rows;
+    -- pg_partman moves the rows through a temporary table shaped like the parent, dropped only at
+    -- commit: the next table maintained in this transaction must not find this one's.
+    DROP TABLE IF EXISTS pg_temp.partman_temp_data_storage;
     FOR i IN 0 .. coalesce(v_premake, 4) LOOP
         EXECUTE format('SELECT suffix_timestamp, table_exists FROM %I.show_partition_name(%L, %L)',
                        p_ext, v_parent, (now() + v_interval * i)::text)
