@@ -7,6 +7,8 @@ package db
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Always empty: the row type of api.profile_apply_batch. ord: position of the message in the batch, from 1; status: ok (written), noop (nothing to change) or dead_letter (rejected); operation: the _operation (default _set; NULL when not a string); correlation_id: the profile the update addresses, after profile links (for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string); sqlstate and reason: why a message was rejected; dead_letter_id: its row in profile.dead_letters.
@@ -137,12 +139,188 @@ type APIToken struct {
 	Revoked  *time.Time `json:"revoked"`
 }
 
+// Registered belts (api.belt_create, api.belt_update, api.belt_delete; HTTP /belts). Each is the event consumer consumer_id, whose event types it processes. The retry and timeout columns are the settings Granary users gave in extraEnv, parsed from extra_env when the belt is written.
+type BeltBelt struct {
+	// The belt's id: its updates' default _origin is /belts/{id}.
+	ID int64 `json:"id"`
+	// A unique name.
+	Name string `json:"name"`
+	// Free text.
+	Description *string `json:"description"`
+	// Free text: who wrote it.
+	Author *string `json:"author"`
+	// Free labels (a JSON object).
+	Labels json.RawMessage `json:"labels"`
+	// 1 when created, one more at each update.
+	Version int32 `json:"version"`
+	// Its event consumer (event.consumers: the event types, the lanes, the counters).
+	ConsumerID int64 `json:"consumerId"`
+	// sql: sql_callback names a function; python: extractor_fn is Python source run by PL/Python.
+	Language string `json:"language"`
+	// For a SQL belt: the callback function (a name or signature, as to_regprocedure reads it) taking (event_headers jsonb, event_payload jsonb[, profile jsonb]) and returning the updates.
+	SQLCallback *string `json:"sqlCallback"`
+	// For a Python belt: the source of callback.py, with its execute(event_headers, event_payload[, profile]).
+	ExtractorFn *string `json:"extractorFn"`
+	// FALSE: no profile; TRUE: the current profile of the event's correlation id is the callback's third argument; LAZY: the callback fetches profiles itself (Python: profileClient.getProfile).
+	FetchProfile string `json:"fetchProfile"`
+	// The profile type fetched (PROFILE_TYPE), default _d.
+	ProfileType string `json:"profileType"`
+	// The settings as given ([{"name", "value"}]): CALLBACK_TIMEOUT_SEC, CALLBACK_LONGRUNNING_SEC, RETRY_BACK_OFF_INITIAL_INTERVAL_SEC, RETRY_BACK_OFF_INTERVAL_MAX_SEC, RETRY_BACK_OFF_MULTIPLIER, RETRY_MAX_RETRIES (the columns below), FETCH_PROFILE and PROFILE_TYPE; other names are kept and passed to a Python callback as os.environ.
+	ExtraEnv json.RawMessage `json:"extraEnv"`
+	// CALLBACK_TIMEOUT_SEC (default 300): a callback running longer is stopped, and its event retried.
+	CallbackTimeoutSec pgtype.Numeric `json:"callbackTimeoutSec"`
+	// CALLBACK_LONGRUNNING_SEC (default 180): a callback running longer is logged and counted as long-running.
+	CallbackLongrunningSec pgtype.Numeric `json:"callbackLongrunningSec"`
+	// RETRY_BACK_OFF_INITIAL_INTERVAL_SEC (default 1): the first wait before a retry.
+	RetryInitialSec pgtype.Numeric `json:"retryInitialSec"`
+	// RETRY_BACK_OFF_INTERVAL_MAX_SEC (default 60): the longest wait before a retry.
+	RetryMaxSec pgtype.Numeric `json:"retryMaxSec"`
+	// RETRY_BACK_OFF_MULTIPLIER (default 2.0): each wait is the previous one times this.
+	RetryMultiplier pgtype.Numeric `json:"retryMultiplier"`
+	// RETRY_MAX_RETRIES (default -1: unlimited; 0: no retry): after this many retries the event is dead-lettered.
+	RetryMaxRetries int32 `json:"retryMaxRetries"`
+	// RUNNING (its events are processed), STOPPED (they wait), FAILED (the callback did not validate: status_reason says why; they wait).
+	Status string `json:"status"`
+	// Why the belt is FAILED, NULL otherwise.
+	StatusReason *string `json:"statusReason"`
+	// When it was created.
+	Created time.Time `json:"created"`
+	// When it was last changed (definition or status).
+	Updated time.Time `json:"updated"`
+}
+
+// Events a belt could not process (Granary's grnry_belt_dlq_<belt-id>, one table for every belt): the callback raised an error other than a retry, or its retries ran out. Each row keeps the event whole, so it can be replayed (api.belt_dead_letter_replay) after the callback is fixed.
+type BeltDeadLetter struct {
+	// The dead letter's id.
+	ID int64 `json:"id"`
+	// The belt.
+	BeltID int64 `json:"beltId"`
+	// The belt's version that failed.
+	BeltVersion int32 `json:"beltVersion"`
+	// The event's grnry-event-id.
+	EventID string `json:"eventId"`
+	// The event's time.
+	EventAt time.Time `json:"eventAt"`
+	// The event's correlation id.
+	CorrelationID string `json:"correlationId"`
+	// The event's type.
+	EventType string `json:"eventType"`
+	// The event's headers, as the callback received them.
+	Headers json.RawMessage `json:"headers"`
+	// The event's payload.
+	Payload json.RawMessage `json:"payload"`
+	// The error: for Python the exception's type and message, for SQL the message.
+	Error string `json:"error"`
+	// Python's traceback, or SQL's context, when there is one.
+	Traceback *string `json:"traceback"`
+	// The SQLSTATE of a SQL error (SBRTX when retries ran out), NULL for a Python exception.
+	SQLState *string `json:"sqlstate"`
+	// How many times the event had been retried.
+	Retries int32 `json:"retries"`
+	// When it was dead-lettered.
+	Created time.Time `json:"created"`
+	// When it was replayed (delivered to the belt again), NULL until then.
+	Replayed *time.Time `json:"replayed"`
+}
+
 // Where SQL publishes many changes in one statement: INSERT INTO change_private.outbox (channel, kind, payload, readers) SELECT ... Columns: channel (a name without *), kind (what happened), payload (a JSON object of ids, never the data; default {}), readers (who may see it; default {}: admins only). Unlike api.change_publish it checks nothing beyond the NOT NULL columns of silo.change_pending (23502 for a NULL). The rows are numbered into silo.changes after commit; the statement notifies silo_change_pending once when no websocket hub is awake (the trigger of silo.change_pending), unless silo.change_notify is off. Reading it shows the plain pending rows (compact rows of profile changes unexpanded).
 type ChangePrivateOutbox struct {
 	Channel string          `json:"channel"`
 	Kind    string          `json:"kind"`
 	Payload json.RawMessage `json:"payload"`
 	Readers []string        `json:"readers"`
+}
+
+// Who receives events: every event stored after a consumer is created and whose type is in its event_types is delivered to it (event.deliveries). A belt is a consumer (belt.belts.consumer_id).
+type EventConsumer struct {
+	// The consumer's id.
+	ID int64 `json:"id"`
+	// A unique name: belt:{belt id} for a belt.
+	Name string `json:"name"`
+	// The event types (grnry-event-type) delivered to it.
+	EventTypes []string `json:"eventTypes"`
+	// How many lanes its deliveries are spread over (by correlation id): events of one correlation id share a lane and are processed in order; different lanes are processed in parallel.
+	Lanes int16 `json:"lanes"`
+	// When it was created: earlier events are not delivered to it.
+	Created time.Time `json:"created"`
+}
+
+// One row per lane of each consumer: the row a processing step locks (FOR UPDATE SKIP LOCKED) to own the lane, its retry state, and its counters (a consumer's totals are the sums over its lanes, so concurrent steps never update one row).
+type EventConsumerLane struct {
+	// The consumer.
+	ConsumerID int64 `json:"consumerId"`
+	// The lane, 0 to lanes - 1.
+	Lane int16 `json:"lane"`
+	// The lane is not processed before this time (a retry's back-off); -infinity when it is ready.
+	NotBefore time.Time `json:"notBefore"`
+	// Retries so far of the delivery at the head of the lane (0 when it has not failed).
+	Attempts int32 `json:"attempts"`
+	// Why the head of the lane was last retried, NULL when it was not.
+	LastError *string `json:"lastError"`
+	// Deliveries processed (their updates applied) in this lane.
+	Processed int64 `json:"processed"`
+	// Deliveries whose processing raised an error (each is dead-lettered or retried).
+	Failed int64 `json:"failed"`
+	// Retries scheduled in this lane.
+	Retried int64 `json:"retried"`
+	// Deliveries sent to the consumer's dead letter table.
+	DeadLettered int64 `json:"deadLettered"`
+	// Deliveries whose processing took longer than the consumer's long-running limit.
+	LongRunning int64 `json:"longRunning"`
+}
+
+// Events waiting for a consumer, in order of id within each lane. Written by api.event_ingest for every consumer of the event's type, deleted by the consumer in the transaction that processes them.
+type EventDelivery struct {
+	// Delivery order: within a lane, smaller ids are processed first.
+	ID int64 `json:"id"`
+	// The consumer.
+	ConsumerID int64 `json:"consumerId"`
+	// The lane: hashtext(correlation_id) modulo the consumer's lanes.
+	Lane int16 `json:"lane"`
+	// The correlation id whose order the delivery keeps: the event's, or, when the profile store links it to another id (a profile_link grain), the id it links to at ingest, so that events of old and new ids share the new id's lane.
+	CorrelationID string `json:"correlationId"`
+	// The event's own correlation id (event.events.correlation_id), for finding it.
+	EventCid string `json:"eventCid"`
+	// The event's time (event.events.at), for finding it.
+	EventAt time.Time `json:"eventAt"`
+	// The event's id (event.events.event_id).
+	EventID string `json:"eventId"`
+	// When the delivery was made (the event's ingest).
+	Delivered time.Time `json:"delivered"`
+}
+
+// Stored events, one row per grnry-event-id, time-partitioned on at (a TimescaleDB hypertable when the database has TimescaleDB, native range partitions made by pg_partman otherwise: partition.tables says which). Written by api.event_ingest; read by api.event_list and api.event_get.
+type EventEvent struct {
+	// The event's time: header grnry-event-timestamp (milliseconds since the epoch, or an ISO-8601 time), the time of ingest when absent. The partitioning column; reads select half-open ranges of it.
+	At time.Time `json:"at"`
+	// Header grnry-event-id: the id that deduplicates (event.event_ids holds every stored id).
+	EventID string `json:"eventId"`
+	// Header grnry-event-type: which consumers (belts) receive the event.
+	EventType string `json:"eventType"`
+	// Header grnry-correlation-id: the tracking entity (profile) the event belongs to, as sent.
+	CorrelationID string `json:"correlationId"`
+	// Header grnry-harvester-name, when sent.
+	HarvesterName *string `json:"harvesterName"`
+	// Header grnry-event-type-version, when sent.
+	TypeVersion *string `json:"typeVersion"`
+	// Every header as sent (a JSON object of strings, the grnry-* ones included): what a callback receives as event_headers.
+	Headers json.RawMessage `json:"headers"`
+	// The event payload as sent (any JSON value): what a callback receives as event_payload.
+	Payload json.RawMessage `json:"payload"`
+	// When Silo stored the event (the ingesting transaction's start).
+	Received time.Time `json:"received"`
+}
+
+// Every grnry-event-id in event.events, with where its event is: an event sent again with a stored id is neither stored nor delivered again (api.event_ingest answers duplicate). Rows go when their events are dropped by retention.
+type EventEventID struct {
+	// The event id (header grnry-event-id).
+	EventID string `json:"eventId"`
+	// The stored event's time (event.events.at).
+	At time.Time `json:"at"`
+	// The stored event's correlation id (event.events.correlation_id): with at and event_id, its primary key.
+	CorrelationID string `json:"correlationId"`
+	// When the event was first stored.
+	Received time.Time `json:"received"`
 }
 
 // The time-partitioned tables of Silo, one row per table, written by partition.create_time_partitioned and deleted by partition.drop_time_partitioned. Their partitions or chunks, ranges and sizes: SELECT * FROM api.partition_chunks().
