@@ -136,6 +136,44 @@ func TestIdempotencyKeysAreChecked(t *testing.T) {
 	require.Equal(t, 1, n, "refused requests claim no key")
 }
 
+// A call without keys skips the claims; its requests are checked all the same, and a malformed one
+// costs the others of the call nothing, in both modes.
+func TestRequestsWithoutKeysAreChecked(t *testing.T) {
+	tx := dbtest.Tx(t)
+	q := db.New(tx)
+	good := `{"updates": ` + incUpdate + `, "token_id": 3}`
+	for _, bad := range []string{`{"updates": "x"}`, `{"other": []}`, `[1]`, `7`,
+		`{"updates": [], "token_id": "7"}`, `{"updates": [], "token_id": -1}`, `{"updates": [], "token_id": 1.5}`} {
+		rows := applyRequests(t, q, good, bad, good)
+		require.Len(t, rows, 3, bad)
+		require.Equal(t, []string{"ok", "refused", "ok"}, []string{rows[0].Status, rows[1].Status, rows[2].Status}, bad)
+		require.Equal(t, []int32{1, 2, 3}, []int32{rows[0].Request, rows[1].Request, rows[2].Request}, bad)
+		require.Equal(t, "SLINV", *rows[1].SQLState, bad)
+
+		enq, err := q.ProfileEnqueueRequests(context.Background(), db.ProfileEnqueueRequestsParams{
+			Requests: []byte("[" + good + "," + bad + "," + good + "]"), Priority: "high"})
+		require.NoError(t, err)
+		require.Len(t, enq, 3, bad)
+		require.EqualValues(t, 1, *enq[0].Accepted, bad)
+		require.Equal(t, "SLINV", *enq[1].SQLState, bad)
+		require.EqualValues(t, 1, *enq[2].Accepted, bad)
+		require.Less(t, *enq[0].FirstID, *enq[2].FirstID, bad)
+	}
+	// Without keys and well-formed: each request gets its own rows, an empty one none (apply) or
+	// an accepted count of 0 (enqueue).
+	rows := applyRequests(t, q, `{"updates": [`+incUpdate+`, `+incUpdate+`]}`, `{"updates": []}`, good)
+	require.Len(t, rows, 3)
+	require.Equal(t, []int32{1, 1, 3}, []int32{rows[0].Request, rows[1].Request, rows[2].Request})
+	require.Equal(t, []int32{1, 2, 1}, []int32{*rows[0].Ord, *rows[1].Ord, *rows[2].Ord})
+	enq, err := q.ProfileEnqueueRequests(context.Background(), db.ProfileEnqueueRequestsParams{
+		Requests: []byte(`[{"updates": [` + incUpdate + `, ` + incUpdate + `]}, {"updates": []}, ` + good + `]`), Priority: "high"})
+	require.NoError(t, err)
+	require.Len(t, enq, 3)
+	require.EqualValues(t, []int32{2, 0, 1}, []int32{*enq[0].Accepted, *enq[1].Accepted, *enq[2].Accepted})
+	require.Equal(t, *enq[0].FirstID+1, *enq[0].LastID)
+	require.Nil(t, enq[1].FirstID)
+}
+
 // Two requests with one key in one call: the second gets the first's answer.
 func TestIdempotencyKeyTwiceInOneCall(t *testing.T) {
 	tx := dbtest.Tx(t)

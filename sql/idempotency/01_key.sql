@@ -151,6 +151,25 @@ $$;
 COMMENT ON FUNCTION idempotency_private.claim_requests(jsonb, text, text, text[]) IS
     'Checks the requests of one write call and claims their idempotency keys in the caller''s transaction. p_requests: a JSON array of request objects {p_body: the part to apply, token_id: the caller''s token id (optional; its keys'' scope, else the session''s role), idempotency_key: optional, 1 to 255 printable ASCII characters}; p_request: what is asked besides the body (route and parameters); p_body: the name of the body''s field; p_shapes: the JSON types it may have. Returns one idempotency_private.claimed per request, in order (outcome fresh, new, replay, repeat or refused). A request is refused with SLINV when it is no object, its body is missing or of another type, or token_id is no integer; with SLIDK when its key is invalid; with SLIDM when its key was used within the window (silo.settings idempotency.window) for another request or body, or by an earlier request of the call with another body. Holds a transaction advisory lock per key (class 1769235817, hashtext of scope and key) to the end of the transaction, and waits for another transaction that holds it. Raises SLINV when p_requests is not a JSON array, or the window setting is invalid.';
 
+-- The usual call carries no key at all: it needs no claims, no locks and no answers, only the
+-- check that claim_requests would make of every request's shape. Callers take their fast path
+-- when this says so, and go through claim_requests otherwise (which refuses what is wrong).
+CREATE FUNCTION idempotency_private.all_fresh(p_requests jsonb, p_body text, p_shapes text[])
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_typeof(p_requests) = 'array' AND jsonb_array_length(p_requests) > 0
+       AND NOT EXISTS (
+           SELECT FROM jsonb_array_elements(p_requests) AS e(r)
+           WHERE jsonb_typeof(e.r) <> 'object'
+              OR e.r ? 'idempotency_key'
+              OR NOT coalesce(jsonb_typeof(e.r -> p_body) = ANY (p_shapes), false)
+              OR coalesce(jsonb_typeof(e.r -> 'token_id'), 'null') NOT IN ('number', 'null')
+              OR (jsonb_typeof(e.r -> 'token_id') = 'number' AND (e.r ->> 'token_id') !~ '^[0-9]{1,18}$'));
+$$;
+COMMENT ON FUNCTION idempotency_private.all_fresh(jsonb, text, text[]) IS
+    'Whether every request of p_requests (a non-empty JSON array) would be claimed fresh by idempotency_private.claim_requests with the same p_body and p_shapes: each is an object without an idempotency_key, whose body field p_body has one of the JSON types p_shapes, and whose token_id, if any, is a non-negative integer. A write function then skips the claims (no lock, no lookup, nothing to record). Raises nothing.';
+
 -- One statement for all the answers of a call. A row there already is a key past the window
 -- (claim_requests saw no live one under the lock): it is replaced.
 CREATE FUNCTION idempotency_private.record(p_claims idempotency_private.claimed[], p_request text)

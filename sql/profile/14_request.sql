@@ -45,6 +45,23 @@ DECLARE
     v_ord_in  integer[];
     v_res     api.profile_request_results[];
 BEGIN
+    -- The usual call, no key and every request well-formed: the batch's rows as they come.
+    IF idempotency_private.all_fresh(p_requests, 'updates', '{object,array}') THEN
+        SELECT jsonb_agg(u.m ORDER BY e.n, u.n), array_agg(e.n::integer ORDER BY e.n, u.n),
+               array_agg(u.n::integer ORDER BY e.n, u.n)
+        INTO v_updates, v_req_of, v_ord_in
+        FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e(r, n)
+        CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(e.r -> 'updates') = 'object'
+                                                     THEN jsonb_build_array(e.r -> 'updates') ELSE e.r -> 'updates' END)
+                           WITH ORDINALITY AS u(m, n);
+        IF v_updates IS NOT NULL THEN
+            RETURN QUERY
+            SELECT v_req_of[b.ord], v_ord_in[b.ord], b.status, b.operation, b.correlation_id, b.sqlstate, b.reason,
+                   b.dead_letter_id, false
+            FROM profile_private.apply_batch(v_updates, p_readers) AS b;
+        END IF;
+        RETURN;
+    END IF;
     v_claims := idempotency_private.claim_requests(p_requests, 'POST /profile-updates', 'updates', '{object,array}');
 
     -- The updates of the requests to apply, one batch in request order, and each update's request
@@ -120,6 +137,26 @@ BEGIN
     IF v_prio IS NULL THEN
         RAISE EXCEPTION 'priority must be high or low' USING ERRCODE = 'SLINV',
             DETAIL = format('got %s', coalesce(p_priority, 'NULL'));
+    END IF;
+    -- The usual call, no key and every request well-formed: no claims.
+    IF idempotency_private.all_fresh(p_requests, 'updates', '{object,array}') THEN
+        SELECT jsonb_agg(u.m ORDER BY e.n, u.n), array_agg(e.n::integer ORDER BY e.n, u.n)
+        INTO v_updates, v_req_of
+        FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e(r, n)
+        CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(e.r -> 'updates') = 'object'
+                                                     THEN jsonb_build_array(e.r -> 'updates') ELSE e.r -> 'updates' END)
+                           WITH ORDINALITY AS u(m, n);
+        IF v_updates IS NOT NULL THEN
+            v_ids := profile_private.inbox_add(v_updates, v_prio);
+        END IF;
+        -- One row per request; a request of an empty array accepted none.
+        RETURN QUERY
+        SELECT e.n::integer, count(i.id)::integer, min(i.id), max(i.id), false, NULL::text, NULL::text
+        FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e(r, n)
+        LEFT JOIN unnest(v_req_of, v_ids) AS i(request, id) ON i.request = e.n
+        GROUP BY e.n
+        ORDER BY e.n;
+        RETURN;
     END IF;
     v_claims := idempotency_private.claim_requests(p_requests, v_request, 'updates', '{object,array}');
 
