@@ -28,6 +28,8 @@
 // SILO_BENCH_ONLY=single workload 3 alone; SILO_BENCH_ONLY=modes the sync/async figures of
 // profile_http.go alone; SILO_BENCH_ONLY=async workloads 1 (mix) and 5; SILO_BENCH_ONLY=notify
 // workload 6 alone; several, comma-separated, run together (SILO_BENCH_ONLY=single,modes).
+// SILO_BENCH_CPUPROFILE=FILE writes a CPU profile of the bench process (clients and in-process
+// server) to FILE, for go tool pprof.
 package main
 
 import (
@@ -37,6 +39,7 @@ import (
 	"log"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"time"
 )
 
@@ -54,6 +57,17 @@ func run(ctx context.Context) error {
 		return errors.New("run through `make bench`: `silo tempdb` sets SILO_TEST_DATABASE_URL and SILO_TEST_TEMPLATE")
 	}
 	steps := selected(os.Getenv("SILO_BENCH_ONLY"))
+	if path := os.Getenv("SILO_BENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	bn, closeBench, err := openBench(ctx, serverURL, tpl)
 	if err != nil {
 		return err
