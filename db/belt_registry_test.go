@@ -636,6 +636,14 @@ func TestBeltPythonCallbacks(t *testing.T) {
 	raw, err := e.q.BeltUpdate(e.ctx, db.BeltUpdateParams{ID: e.id(d), Belt: json.RawMessage(`{"extractorFn": "def execute(h, p): pass"}`)})
 	require.NoError(t, err)
 	require.Equal(t, "callback validation failed: needs 3 parameters", *e.parse(raw).StatusReason)
+	// A checker that raises fails the belt instead of the request.
+	_, err = e.tx.Exec(e.ctx, `
+		CREATE OR REPLACE FUNCTION belt_private.python_check(p_source text, p_fetch_profile text) RETURNS text LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'interpreter gone' USING ERRCODE = '58000'; END $$`)
+	require.NoError(t, err)
+	crashed := e.create(map[string]any{"name": e.name("pycrash"), "eventTypes": []string{"x"}, "extractorFn": "def execute(h, p): pass"})
+	require.Equal(t, "FAILED", crashed.Status)
+	require.Equal(t, "callback validation failed: the Python check failed: interpreter gone (SQLSTATE 58000)", *crashed.StatusReason)
 	// Switching to a SQL callback drops the Python source.
 	raw, err = e.q.BeltUpdate(e.ctx, db.BeltUpdateParams{ID: e.id(d), Belt: json.RawMessage(`{"extractorFn": null, "sqlCallback": "` + cb + `", "fetchProfile": "FALSE"}`)})
 	require.NoError(t, err)

@@ -252,3 +252,23 @@ func TestBeltStateChangesReachTheWebsocket(t *testing.T) {
 	}
 	require.Equal(t, []string{"RUNNING", "STOPPED", "FAILED", "DELETED"}, got)
 }
+
+// FuzzBeltCreate: whatever the belt document, POST and PUT answer without a server error (501 is
+// the answer to a Python belt where PL/Python is missing).
+func FuzzBeltCreate(f *testing.F) {
+	for _, s := range []string{`{}`, `[]`, `{"name": "a", "eventTypes": ["t"], "sqlCallback": "f"}`,
+		`{"name": "b", "eventTypes": ["t"], "sqlCallback": "f(jsonb", "fetchProfile": true}`,
+		`{"name": "c", "eventTypes": [1], "extractorFn": "def execute(h, p): pass"}`,
+		`{"name": "d", "eventTypes": ["t"], "sqlCallback": "a.b.c.d", "extraEnv": [{"name": "RETRY_MAX_RETRIES", "value": "1e400"}]}`,
+		`{"name": "e", "eventTypes": ["t"], "sqlCallback": "f", "extraEnv": [{"name": "CALLBACK_TIMEOUT_SEC", "value": 1e-400}]}`,
+		`{"name": "", "labels": [], "profileType": null, "secretX": {}}`} {
+		f.Add([]byte(s))
+	}
+	b := setup(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		code, _ := b.do(t, "POST", "/belts", "Bearer "+b.admin, string(body))
+		require.True(t, code < 500 || code == 501, "POST body %q: %d", body, code)
+		code, _ = b.do(t, "PUT", "/belts/1", "Bearer "+b.admin, string(body))
+		require.True(t, code < 500 || code == 501, "PUT body %q: %d", body, code)
+	})
+}

@@ -374,8 +374,14 @@ BEGIN
         END IF;
         -- The function is named through its oid: the statement is built, not a literal, so that
         -- the lint of PL/pgSQL does not look for a function the database may not have.
-        EXECUTE format('SELECT %s($1, $2)', to_regprocedure('belt_private.python_check(text,text)')::oid::regproc)
-            INTO v_problem USING r.extractor_fn, r.fetch_profile;
+        -- A checker that fails (the interpreter cannot start, the source breaks it) fails the belt,
+        -- not the request.
+        BEGIN
+            EXECUTE format('SELECT %s($1, $2)', to_regprocedure('belt_private.python_check(text,text)')::oid::regproc)
+                INTO v_problem USING r.extractor_fn, r.fetch_profile;
+        EXCEPTION WHEN OTHERS THEN
+            v_problem := format('the Python check failed: %s (SQLSTATE %s)', SQLERRM, SQLSTATE);
+        END;
     ELSE
         SELECT c.o_signature, c.o_problem INTO v_sig, v_problem
         FROM belt_private.sql_callback_check(r.sql_callback, r.fetch_profile) c;
@@ -392,7 +398,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION belt_private.checked(belt.belts) IS
-    'Belt row p_belt with its callback validated: a Python callback by belt_private.python_check (called with dynamic SQL), a SQL callback by belt_private.sql_callback_check (sql_callback becomes the function''s full signature when it validates). Invalid: status FAILED, status_reason "callback validation failed: <why>". Valid: status_reason NULL and status RUNNING, or STOPPED when it was STOPPED. Raises SBPYN for a Python callback when the Python runtime is missing (belt_private.python_available), and what belt_private.python_check raises.';
+    'Belt row p_belt with its callback validated: a Python callback by belt_private.python_check (called with dynamic SQL), a SQL callback by belt_private.sql_callback_check (sql_callback becomes the function''s full signature when it validates). Invalid: status FAILED, status_reason "callback validation failed: <why>". Valid: status_reason NULL and status RUNNING, or STOPPED when it was STOPPED. An error raised by belt_private.python_check (other than a cancellation) fails the belt with its message. Raises SBPYN for a Python callback when the Python runtime is missing (belt_private.python_available).';
 
 -- The document of every belt: Granary's field names, the consumer's event types and the counters.
 CREATE VIEW belt_private.docs AS
