@@ -220,6 +220,23 @@ func TestBeltStateChangesReachTheWebsocket(t *testing.T) {
 		}
 	}
 	next("subscribed")
+	// Only admins: another token is told so on its connection.
+	other, resp, err := websocket.DefaultDialer.Dial(url, http.Header{"Authorization": {"Bearer " + b.writer}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	t.Cleanup(func() { other.Close() })
+	for {
+		_ = other.SetReadDeadline(time.Now().Add(30 * time.Second))
+		var m struct {
+			Type  string
+			Error struct{ ID string }
+		}
+		require.NoError(t, other.ReadJSON(&m))
+		if m.Type == "error" {
+			require.Equal(t, "forbidden", m.Error.ID)
+			break
+		}
+	}
 
 	call := func(method, path, body string) map[string]any {
 		t.Helper()
