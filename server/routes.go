@@ -47,6 +47,13 @@ func New(cfg Config) http.Handler {
 	route("GET /dead-letters", s.deadLetterList)
 	route("POST /dead-letters/{id}/replay", s.deadLetterReplay)
 	route("GET /ws", s.changeWS)
+	route("GET /belts", s.beltList)
+	route("POST /belts", s.beltCreate)
+	route("GET /belts/{id}", s.beltGet)
+	route("PUT /belts/{id}", s.beltUpdate)
+	route("DELETE /belts/{id}", s.beltDelete)
+	route("GET /belts/{id}/state", s.beltStateGet)
+	route("POST /belts/{id}/state", s.beltStateSet)
 
 	// No catch-all route: one would match every request and hide the mux's own answer for a path
 	// that exists for other methods only (405 with Allow). A request no route serves gets the mux's

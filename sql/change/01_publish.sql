@@ -48,20 +48,24 @@
 -- * reaper: kinds ttl (a grain deleted) and ttn (a grain due for notification); payload the reaper
 --   event (its id, the grain's coordinates and metadata, never the value); readers {the grain's
 --   reader} (sql/profile/10_reaper.sql).
+-- * belts: kind state, a belt created, updated, started, stopped, failed or deleted (payload
+--   {"belt_id", "status"}: RUNNING, STOPPED, FAILED, or DELETED), published by the belt registry
+--   (sql/belt/02_registry.sql); kind dead_letter, an event a belt dead-lettered (payload its ids);
+--   readers {} (admins only).
 -- * Any other channel a domain or a DBA publishes with api.change_publish or change_private.outbox,
 --   named {namespace}:{name} (ops:deploy, reports:daily).
 --
 -- Channel names (one rule, change_private.channel_problem: api.change_publish refuses the names it
 -- calls invalid, api.changes_since and api.change_channels_check the patterns, and the websocket
 -- hub asks api.change_channels_check before it subscribes anyone): a channel is one of the names of
--- their own in change_private.named_channels (dead-letters, reaper), or {namespace}:{name}, where
+-- their own in change_private.named_channels (dead-letters, reaper, belts), or {namespace}:{name}, where
 -- the namespace is a lowercase letter followed by lowercase letters, digits, - and _ (the domain,
 -- such as profile, or any other word that is not a name of its own) and the name is anything
 -- non-empty; no channel has a *, none is longer than 1000 characters. A subscription pattern is a
 -- channel, * alone, or the beginning of some channel followed by * (profile:customer:*, profile:*,
 -- ops:*). Anything else (bogus, an empty name, a * before the end) is refused as invalid.
 --
--- Channels for admins only: change_private.named_channels says which (today dead-letters). Their
+-- Channels for admins only: change_private.named_channels says which (today dead-letters and belts). Their
 -- changes have no readers, so no other subscriber could ever receive one: api.change_publish
 -- refuses readers for them, and api.change_channels_check refuses a subscription to one from a
 -- subscriber that is not an admin (SLFRB) instead of letting it wait for changes it never gets.
@@ -131,7 +135,8 @@ RETURNS TABLE (channel text, admin_only boolean, description text)
 LANGUAGE sql IMMUTABLE
 AS $$
     VALUES ('dead-letters', true, 'Dead letters of profile updates (sql/profile/13_change.sql): kind dead_letter, readers {}.'),
-           ('reaper', false, 'Reaper events (sql/profile/10_reaper.sql): kinds ttl and ttn, readers {the grain''s reader}.');
+           ('reaper', false, 'Reaper events (sql/profile/10_reaper.sql): kinds ttl and ttn, readers {the grain''s reader}.'),
+           ('belts', true, 'Belts (sql/belt/): kind state (a belt created, updated, started, stopped, failed or deleted; payload {"belt_id", "status"}: RUNNING, STOPPED, FAILED or DELETED) and kind dead_letter (an event a belt dead-lettered; payload its ids), readers {}.');
 $$;
 COMMENT ON FUNCTION change_private.named_channels() IS
     'The channels that are a name of their own rather than {namespace}:{name}, one row each: channel (the name, also reserved as a namespace), admin_only (true: its changes have no readers, so only admins can receive them; api.change_publish refuses readers for it and api.change_channels_check refuses a subscription from anyone else), description (who publishes what on it). Raises nothing.';
@@ -242,7 +247,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.change_publish(text, text, jsonb, text[]) IS
-    'Publishes one change in the caller''s transaction. p_channel: the channel, a name of its own (change_private.named_channels: dead-letters, reaper) or {namespace}:{name} (e.g. reports:daily), without *, at most 1000 characters (change_private.channel_problem); p_kind: what happened, non-empty; p_payload (default {}; NULL counts as {}): a small JSON object of ids, never the data; p_readers (default {}: admins only; NULL counts as {}): who may see it, e.g. {_all} everyone, {_auth} every token, or reader roles. Returns nothing. After commit the change is numbered in commit order into silo.changes, and websocket subscribers of a matching channel whose readers overlap p_readers (and admins) receive it; notifies silo_change_pending at commit when no websocket hub is awake (the trigger of silo.change_pending), unless silo.change_notify is off. Raises SLINV for a NULL or invalid channel (empty, with *, over 1000 characters, or neither a name of its own nor {namespace}:{name}: bogus), readers for a channel for admins only (dead-letters), a NULL or empty kind, or a payload that is not a JSON object.';
+    'Publishes one change in the caller''s transaction. p_channel: the channel, a name of its own (change_private.named_channels: dead-letters, reaper, belts) or {namespace}:{name} (e.g. reports:daily), without *, at most 1000 characters (change_private.channel_problem); p_kind: what happened, non-empty; p_payload (default {}; NULL counts as {}): a small JSON object of ids, never the data; p_readers (default {}: admins only; NULL counts as {}): who may see it, e.g. {_all} everyone, {_auth} every token, or reader roles. Returns nothing. After commit the change is numbered in commit order into silo.changes, and websocket subscribers of a matching channel whose readers overlap p_readers (and admins) receive it; notifies silo_change_pending at commit when no websocket hub is awake (the trigger of silo.change_pending), unless silo.change_notify is off. Raises SLINV for a NULL or invalid channel (empty, with *, over 1000 characters, or neither a name of its own nor {namespace}:{name}: bogus), readers for a channel for admins only (dead-letters, belts), a NULL or empty kind, or a payload that is not a JSON object.';
 
 -- The compact form costs the writer one array per column instead of a JSON object per profile:
 -- grouping and payloads are built off the write path, by api.change_sequence.

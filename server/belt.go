@@ -1,0 +1,198 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/silo-db/silo/db"
+)
+
+// The Belt API (admin tokens only), in the shape of Granary's: belt documents as api.belt_get
+// answers them. Every route is for admins because a belt's callback runs inside PostgreSQL: SQL
+// with the rights of Silo's role, Python (extractorFn) as the database server's operating system
+// user. The rules (fields, settings, validation) are in SQL (sql/belt/02_registry.sql).
+
+// beltID reads the path's {id}. Belt ids are positive integers (answered as strings, as Granary's
+// were); anything else names no belt, which is a 404.
+func beltID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		writeError(w, http.StatusNotFound, "unknown-resource", fmt.Sprintf("no belt %q", r.PathValue("id")), nil)
+		return 0, false
+	}
+	return id, true
+}
+
+// GET /belts?offset=&pagesize= (default 20, at most 1000): {"totalCount", "items", "_links"}.
+func (s *server) beltList(w http.ResponseWriter, r *http.Request) {
+	if !s.admin(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	pageSize, err1 := intParam(q, "pagesize", 20, 1, 1000)
+	offset, err2 := intParam(q, "offset", 0, 0, 1<<30)
+	if err := errors.Join(err1, err2); err != nil {
+		badParam(w, err)
+		return
+	}
+	raw, err := s.q.BeltList(r.Context(), db.BeltListParams{PageOffset: int32(offset), PageSize: int32(pageSize)})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var page struct {
+		TotalCount int64           `json:"totalCount"`
+		Items      json.RawMessage `json:"items"`
+		Links      map[string]any  `json:"_links"`
+	}
+	if err := json.Unmarshal(raw, &page); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	link := func(off int) map[string]string {
+		u := *r.URL
+		v := u.Query()
+		v.Set("offset", strconv.Itoa(off))
+		v.Set("pagesize", strconv.Itoa(pageSize))
+		u.RawQuery = v.Encode()
+		return map[string]string{"href": u.RequestURI()}
+	}
+	page.Links = map[string]any{"self": link(offset)}
+	if int64(offset+pageSize) < page.TotalCount {
+		page.Links["next"] = link(offset + pageSize)
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// POST /belts: 201 with the belt, Location /belts/{id}.
+func (s *server) beltCreate(w http.ResponseWriter, r *http.Request) {
+	if !s.admin(w, r) {
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	doc, err := s.q.BeltCreate(r.Context(), body)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var created struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(doc, &created) == nil && created.ID != "" {
+		w.Header().Set("Location", "/belts/"+created.ID)
+	}
+	writeJSON(w, http.StatusCreated, json.RawMessage(doc))
+}
+
+// GET /belts/{id}
+func (s *server) beltGet(w http.ResponseWriter, r *http.Request) {
+	if !s.admin(w, r) {
+		return
+	}
+	id, ok := beltID(w, r)
+	if !ok {
+		return
+	}
+	doc, err := s.q.BeltGet(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, json.RawMessage(doc))
+}
+
+// PUT /belts/{id}: the fields given replace the old ones; version + 1.
+func (s *server) beltUpdate(w http.ResponseWriter, r *http.Request) {
+	if !s.admin(w, r) {
+		return
+	}
+	id, ok := beltID(w, r)
+	if !ok {
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	doc, err := s.q.BeltUpdate(r.Context(), db.BeltUpdateParams{ID: id, Belt: body})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, json.RawMessage(doc))
+}
+
+// DELETE /belts/{id}: {"content": true}, 404 when there is no such belt.
+func (s *server) beltDelete(w http.ResponseWriter, r *http.Request) {
+	if !s.admin(w, r) {
+		return
+	}
+	id, ok := beltID(w, r)
+	if !ok {
+		return
+	}
+	deleted, err := s.q.BeltDelete(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !deleted {
+		writeError(w, http.StatusNotFound, "unknown-resource", fmt.Sprintf("no belt %d", id), nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"content": true})
+}
+
+// GET /belts/{id}/state: {"status", "reason"}.
+func (s *server) beltStateGet(w http.ResponseWriter, r *http.Request) {
+	if !s.admin(w, r) {
+		return
+	}
+	id, ok := beltID(w, r)
+	if !ok {
+		return
+	}
+	state, err := s.q.BeltState(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, json.RawMessage(state))
+}
+
+// POST /belts/{id}/state with {"action": "START" | "STOP"}: the new {"status", "reason"}.
+func (s *server) beltStateSet(w http.ResponseWriter, r *http.Request) {
+	if !s.admin(w, r) {
+		return
+	}
+	id, ok := beltID(w, r)
+	if !ok {
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		Action *string `json:"action"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.Action == nil {
+		writeError(w, http.StatusBadRequest, "invalid-request-structure", `the body must be {"action": "START"} or {"action": "STOP"}`, nil)
+		return
+	}
+	state, err := s.q.BeltSetState(r.Context(), db.BeltSetStateParams{ID: id, Action: *req.Action})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, json.RawMessage(state))
+}
