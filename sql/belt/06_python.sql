@@ -16,12 +16,16 @@
 --   * a watchdog thread, started once per backend, that enforces CALLBACK_TIMEOUT_SEC even on a
 --     pure-Python infinite loop, which PostgreSQL cannot cancel: it raises CallbackTimeout in the
 --     backend's thread (PyThreadState_SetAsyncExc) while the callback's frame is on the stack, and
---     again every min(timeout, 1 s) while it keeps running (a bare "except:" swallows one). A
---     deadline is armed and cleared under a lock, the watchdog injects only while holding it and
---     only into a callback frame, and clearing a deadline also clears an exception still pending,
---     so no injection lands after the callback's call returned. time.sleep is replaced by one
---     sleeping in 50 ms slices, so that a sleeping callback is stopped too; a callback blocked in
---     other C code (a socket read) is stopped when it returns to Python code.
+--     again every min(timeout, 1 s) while it keeps running. A callback that catches it (a bare
+--     "except:") and runs on past that gets a C trace function that raises it again at every line
+--     of its code, so every except clause is left at its first line. A deadline is armed and
+--     cleared under a lock, the watchdog injects only while holding it and only while a frame of
+--     the callback is on the stack, and clearing a deadline also clears an exception still
+--     pending and the trace function, so no injection lands after the callback's call returned
+--     (one raised by the runtime's code between the call's return and the clearing is absorbed).
+--     time.sleep is replaced by one sleeping in 50 ms slices, so that a sleeping callback is
+--     stopped too; a callback blocked in other C code (a socket read, a long C loop) is stopped
+--     when it returns to Python code.
 --   * print() and logging output of a callback going to the server log (LOG lines "belt <id>
 --     event <event id>: ..."), never to the backend's stdout.
 --
@@ -74,6 +78,13 @@ class RetryException(Exception):
 class CallbackTimeout(BaseException):
     """Raised inside a callback that ran longer than CALLBACK_TIMEOUT_SEC. A BaseException, so
     that "except Exception" in the callback does not swallow it."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        try:
+            _escalate()
+        except BaseException:
+            pass
 
 
 def _in_ms(value):
@@ -171,10 +182,10 @@ class ProfileClient:
                 ['text', 'text', 'text[]', 'boolean'])
             _state.profile_plan = plan
         try:
-            rows = plan.execute([str(cid), profileType or self.profile_type, fragments,
+            rows = plan.execute([profileType or self.profile_type, str(cid), fragments,
                                  bool(resolveProfileLinks)])
         except _plpy.SPIError as e:
-            if getattr(e, 'sqlstate', None) == 'SLNFD':
+            if _sqlstate(e) == 'SLNFD':
                 return None
             raise
         if not rows:
@@ -182,6 +193,18 @@ class ProfileClient:
         r = rows[0]
         return {'correlationId': r['correlation_id'], 'type': r['profile_type'],
                 'jsonPayload': json.loads(r['json_payload'])}
+
+
+def _sqlstate(e):
+    # The SQLSTATE of a plpy.SPIError: its class's for the codes PL/Python knows, else the one
+    # PostgreSQL packs into spidata[0] (6 bits a character).
+    code = getattr(e, 'sqlstate', None)
+    if code:
+        return code
+    spidata = getattr(e, 'spidata', None)
+    if not spidata or not isinstance(spidata[0], int):
+        return None
+    return ''.join(chr(((spidata[0] >> (6 * i)) & 0x3F) + ord('0')) for i in range(5))
 
 
 class _Output:
@@ -251,6 +274,8 @@ class Watchdog:
         self.tid = 0
         self.frame = None     # the frame of _guarded that calls the callback
         self.fired = 0        # the token injected for
+        self.escalated = 0    # the token _escalate ran for
+        self.tracing = False  # _raiser is the backend thread's trace function
         self.next_fire = 0.0
         self.waiting_until = None
         self.idle = threading.Event()
@@ -282,6 +307,10 @@ class Watchdog:
                     self.cond.wait(due - now)
                     continue
                 if self._inside_callback():
+                    if self.fired == self.token:
+                        # Interrupted and still running: it catches CallbackTimeout. The next
+                        # one, made in the backend's thread, installs _raiser there.
+                        self.escalated = self.token
                     _set_async_exc(self.tid, ctypes.py_object(CallbackTimeout))
                     self.fired = self.token
                     self.next_fire = now + self.interval
@@ -308,6 +337,9 @@ class Watchdog:
             fired = self.fired == token and token != 0
             self.token = 0
             self.frame = None
+            if self.tracing:
+                self.tracing = False
+                sys.settrace(None)
             if fired:
                 self.fired = 0
                 _set_async_exc(self.tid, None)  # an injection not raised yet: cleared
@@ -349,6 +381,44 @@ class Watchdog:
 
 _watchdog = None
 _token = 0
+
+
+class _Raiser:
+    """The backend thread's trace function once a callback caught CallbackTimeout and kept
+    running, installed as a C trace function (PyEval_SetTrace with PyObject_DelItem, which
+    calls __delitem__(frame)): it raises CallbackTimeout again at every line of the callback's
+    code, so the except clause that caught it is left at its first line. Unlike a trace
+    function of sys.settrace, a C one stays installed when it raises."""
+
+    __slots__ = ()
+
+    def __delitem__(self, frame):
+        wd = _watchdog
+        if wd is None or not wd.token or wd.escalated != wd.token:
+            return
+        code = getattr(frame, 'f_code', None)
+        if code is None or code.co_filename == RUNTIME_FILE:
+            return
+        raise CallbackTimeout()
+
+
+_raiser = _Raiser()
+_delitem = ctypes.cast(ctypes.pythonapi.PyObject_DelItem, ctypes.c_void_p)
+_set_trace = ctypes.pythonapi.PyEval_SetTrace
+_set_trace.argtypes = [ctypes.c_void_p, ctypes.py_object]
+_set_trace.restype = None
+
+
+def _escalate():
+    # Called in the backend's thread when a CallbackTimeout is made (its __init__): once the
+    # callback caught one and kept running, _raiser becomes the thread's trace function.
+    wd = _watchdog
+    if wd is None or not wd.token or wd.escalated != wd.token or sys.gettrace() is _raiser:
+        return
+    if threading.get_ident() != wd.tid:
+        return
+    wd.tracing = True
+    _set_trace(_delitem, _raiser)
 
 
 def _ensure_watchdog():
@@ -462,7 +532,7 @@ def _forget(key):
 
 
 def _fetch_mode(value):
-    v = 'FALSE' if value is None else str(value).strip().upper()
+    v = 'FALSE' if value is None else (str(value).strip().upper() or 'FALSE')
     if v not in ('FALSE', 'TRUE', 'LAZY'):
         return None
     return v
@@ -497,7 +567,7 @@ def _signature_problem(fn, mode):
     return None
 
 
-def _exec_module(source, filename, modname, mode, profile_type, timeout):
+def _exec_module(source, filename, modname, mode, profile_type, timeout, where):
     """Compiles and executes a callback source in a new module. Returns (module, problem)."""
     try:
         code = compile(source, filename, 'exec', dont_inherit=True)
@@ -521,7 +591,7 @@ def _exec_module(source, filename, modname, mode, profile_type, timeout):
     finally:
         _restore(saved)
         wd.settle()
-    _flush_output('callback import')
+    _flush_output(where)
     if timed_out:
         sys.modules.pop(modname, None)
         return None, 'executing the callback module took longer than %g s' % timeout
@@ -556,7 +626,7 @@ def check(source, fetch_profile):
     if source is None or not str(source).strip():
         return 'the callback source is empty'
     mod, problem = _exec_module(source, 'callback.py', 'grnry_belt_callback_check', mode, '_d',
-                                CHECK_TIMEOUT_SEC)
+                                CHECK_TIMEOUT_SEC, 'callback check, import')
     if problem is not None:
         return problem
     try:
@@ -594,7 +664,8 @@ def _load(belt_id, version, source, mode, profile_type, timeout):
         _forget(next(iter(_state.modules)))
     filename = '/belts/%s/v%s/callback.py' % (belt_id, version)
     modname = 'grnry_belt_callback_%s_v%s' % (belt_id, version)
-    mod, problem = _exec_module(source, filename, modname, mode, profile_type, timeout)
+    mod, problem = _exec_module(source, filename, modname, mode, profile_type, timeout,
+                                'belt %s version %s, import' % (belt_id, version))
     if problem is not None:
         linecache.cache.pop(filename, None)
         return None, problem
@@ -647,22 +718,13 @@ def _dumps(results):
             parts.append(json.dumps(r, allow_nan=False, separators=(',', ':')))
         except (TypeError, ValueError) as e:
             bad = {'error': 'ValueError: an update of the callback is not JSON: %s' % (e,),
-                   'traceback': None, 'ms': r.get('ms', 0)}
-            if r.get('longRunning'):
-                bad['longRunning'] = True
+                   'traceback': None, 'ms': r.get('ms', 0), 'longRunning': r.get('longRunning', False)}
             parts.append(json.dumps(bad))
     return '[' + ','.join(parts) + ']'
 
 
 def run(belt_id, version, source, settings_json, events_json):
     """belt_private.python_run: one result per event, as a JSON array (text)."""
-    if events_json is None:
-        return '[]'
-    events = json.loads(events_json)
-    if not isinstance(events, list):
-        _plpy.error('p_events must be a JSON array of events', sqlstate='SLINV')
-    if not events:
-        return '[]'
     settings = json.loads(settings_json) if settings_json else {}
     if not isinstance(settings, dict):
         _plpy.error('p_settings must be a JSON object', sqlstate='SLINV')
@@ -670,6 +732,11 @@ def run(belt_id, version, source, settings_json, events_json):
     if mode is None:
         _plpy.error('fetchProfile must be FALSE, TRUE or LAZY, not %r' % (settings.get('fetchProfile'),),
                     sqlstate='SLINV')
+    events = json.loads(events_json) if events_json else []
+    if not isinstance(events, list):
+        _plpy.error('p_events must be a JSON array of events', sqlstate='SLINV')
+    if not events:
+        return '[]'
     profile_type = settings.get('profileType') or '_d'
     timeout = _seconds(settings, 'callbackTimeoutSec', 300.0)
     long_ms = _seconds(settings, 'callbackLongrunningSec', 180.0) * 1000.0
@@ -685,7 +752,7 @@ def run(belt_id, version, source, settings_json, events_json):
                 problem = _signature_problem(entry.execute, mode)
             entry.problems[mode] = problem
     if problem is not None:
-        err = {'error': 'InvalidCallback: ' + problem, 'traceback': None, 'ms': 0}
+        err = {'error': 'InvalidCallback: ' + problem, 'traceback': None, 'ms': 0, 'longRunning': False}
         return json.dumps([err] * len(events))
     if mode == 'LAZY':
         if entry.client is None:
