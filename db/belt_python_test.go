@@ -592,6 +592,7 @@ def execute(event_headers, event_payload):
 
 	var one int
 	require.NoError(t, tx.QueryRow(ctx, `SELECT 1`).Scan(&one))
+	requireWatchdogIdle(t, tx)
 
 	// An import that does not finish: every event times out, and the next batch tries again.
 	slow := "while True:\n    pass\ndef execute(h, p):\n    return None\n"
@@ -600,6 +601,18 @@ def execute(event_headers, event_payload):
 		require.NotNil(t, r.Error, "%s", r)
 		require.Contains(t, *r.Error, "InvalidCallback: executing the callback module took longer than 0.2 s")
 	}
+}
+
+// requireWatchdogIdle checks that the backend's watchdog thread waits without a timeout: woken
+// while the backend runs no Python code, it would poll for Python's lock every 5 ms.
+func requireWatchdogIdle(t *testing.T, tx pgx.Tx) {
+	t.Helper()
+	_, err := tx.Exec(context.Background(), `DO $$
+wd = GD['silo.belt.runtime']._watchdog
+if not wd.idle.is_set() or wd.waiting_until is not None or wd.token:
+    plpy.error('the watchdog is not idle')
+$$ LANGUAGE plpython3u`)
+	require.NoError(t, err)
 }
 
 // Callbacks that end around their deadline: a late interruption never lands outside the
@@ -635,6 +648,7 @@ def execute(event_headers, event_payload):
 		}
 		require.Equal(t, len(events), timeouts+done)
 		require.NotZero(t, done)
+		requireWatchdogIdle(t, tx)
 	}
 }
 

@@ -365,9 +365,8 @@ class Watchdog:
         with self.lock:
             self.token = 0
             self.frame = None
-            waiting = self.waiting_until is not None
+            waiting = not self.idle.is_set()
             if waiting:
-                self.idle.clear()
                 self.cond.notify()
         if waiting:
             self.idle.wait(1.0)
