@@ -439,6 +439,14 @@ func TestBeltPythonOutcomes(t *testing.T) {
 class Thing:
     pass
 
+class BadUpdate(Update):
+    def to_dict(self):
+        raise RuntimeError('broken')
+
+class BadError(Exception):
+    def __str__(self):
+        raise RuntimeError('no text')
+
 def helper(x):
     return 1 / x
 
@@ -474,9 +482,13 @@ def execute(event_headers, event_payload):
         return [Update(cid, ['g']).set_value(Thing())]
     if k == 'nan':
         return [Update(cid, ['g']).set_value(float('nan'))]
+    if k == 'bad update':
+        return [BadUpdate(cid, ['g'])]
+    if k == 'bad error':
+        raise BadError()
     return [u]
 `
-	kinds := []string{"ok", "retry", "retry empty", "error", "exit", "custom", "none", "empty", "single", "tuple", "mixed", "string", "dict", "not json", "nan", "ok"}
+	kinds := []string{"ok", "retry", "retry empty", "error", "exit", "custom", "none", "empty", "single", "tuple", "mixed", "string", "dict", "not json", "nan", "bad update", "bad error", "ok"}
 	var events []map[string]any
 	for i, k := range kinds {
 		events = append(events, pyEvent(fmt.Sprint("e", i), "c1", k))
@@ -498,8 +510,8 @@ def execute(event_headers, event_payload):
 	require.Equal(t, "ZeroDivisionError: division by zero", *e.Error)
 	require.NotNil(t, e.Traceback)
 	require.Contains(t, *e.Traceback, "Traceback (most recent call last):")
-	require.Regexp(t, `File "/belts/\d+/v1/callback\.py", line 18, in execute\n\s+return helper\(0\)`, *e.Traceback)
-	require.Regexp(t, `File "/belts/\d+/v1/callback\.py", line 7, in helper\n\s+return 1 / x`, *e.Traceback)
+	require.Regexp(t, `File "/belts/\d+/v1/callback\.py", line 26, in execute\n\s+return helper\(0\)`, *e.Traceback)
+	require.Regexp(t, `File "/belts/\d+/v1/callback\.py", line 15, in helper\n\s+return 1 / x`, *e.Traceback)
 	require.NotContains(t, *e.Traceback, "silo-belt-runtime", "the runtime's frames are left out")
 	require.True(t, strings.HasSuffix(*e.Traceback, "ZeroDivisionError: division by zero\n"))
 	require.Equal(t, "SystemExit: 3", *byKind["exit"].Error)
@@ -517,6 +529,8 @@ def execute(event_headers, event_payload):
 	require.Equal(t, 1, byKind["dict"].Skipped)
 	require.Contains(t, *byKind["not json"].Error, "not JSON")
 	require.Contains(t, *byKind["nan"].Error, "not JSON")
+	require.Equal(t, "InvalidResult: the callback's result could not be read: RuntimeError: broken", *byKind["bad update"].Error)
+	require.Contains(t, *byKind["bad error"].Error, "InvalidResult: the callback's result could not be read: RuntimeError: no text")
 }
 
 // CALLBACK_TIMEOUT_SEC stops callbacks PostgreSQL could not cancel: a pure-Python infinite loop,

@@ -27,7 +27,8 @@
 --     stopped too; a callback blocked in other C code (a socket read, a long C loop) is stopped
 --     when it returns to Python code.
 --   * print() and logging output of a callback going to the server log (LOG lines "belt <id>
---     event <event id>: ..."), never to the backend's stdout.
+--     event <event id>: ...", "belt <id> version <n>, import: ..." for the module's top-level
+--     code), never to the backend's stdout.
 --
 -- Update(id, path=None, operation='_set', profile_type='_d', schema=None) builds one update
 -- message; set_value(value, certainty=None, _in=None, ttl=None, origin=None, reader=None,
@@ -43,7 +44,7 @@
 --
 -- Silo calls execute once per event, with one event's headers and payload (Granary's
 -- single-payload signature); the list-of-events signature (sessionizing) is not supported.
--- Callbacks run in the processing transaction, in the backend's only thread, as the server's OS
+-- Callbacks run in the processing transaction, in the backend's own thread, as the server's OS
 -- user: code given to python_check and python_run is trusted like a superuser's.
 
 DO $python$
@@ -639,7 +640,7 @@ def check(source, fetch_profile):
 
 
 class _Entry:
-    __slots__ = ('module', 'filename', 'source', 'execute', 'problem', 'client', 'problems')
+    __slots__ = ('module', 'filename', 'source', 'execute', 'client', 'problems')
 
     def __init__(self, module, filename, source):
         self.module = module
@@ -722,6 +723,34 @@ def _dumps(results):
     return '[' + ','.join(parts) + ']'
 
 
+def _result(res, exc, timed_out, timeout):
+    """The result of one event, without ms and longRunning."""
+    if timed_out:
+        return {'timeout': 'the callback ran longer than CALLBACK_TIMEOUT_SEC (%g s)' % timeout}
+    if exc is None:
+        updates = []
+        skipped = 0
+        if res is None:
+            pass
+        elif isinstance(res, Update):
+            updates.append(res.to_dict())
+        elif isinstance(res, (list, tuple)):
+            for u in res:
+                if isinstance(u, Update):
+                    updates.append(u.to_dict())
+                else:
+                    skipped += 1
+        else:
+            skipped = 1
+        r = {'updates': updates}
+        if skipped:
+            r['skipped'] = skipped
+        return r
+    if isinstance(exc, RetryException):
+        return {'retry': str(exc) or 'RetryException'}
+    return {'error': _error_text(exc), 'traceback': _traceback_text(exc)}
+
+
 def run(belt_id, version, source, settings_json, events_json):
     """belt_private.python_run: one result per event, as a JSON array (text)."""
     settings = json.loads(settings_json) if settings_json else {}
@@ -780,35 +809,15 @@ def run(belt_id, version, source, settings_json, events_json):
                 res, exc, timed_out, secs = _guarded(wd, timeout, fn, *args)
             except CallbackTimeout:
                 # Raised in the runtime after the callback, before its deadline was cleared.
-                wd.disarm(0)
+                wd.disarm(wd.fired or wd.token)
                 res, exc, timed_out, secs = None, None, True, timeout
             ms = secs * 1000.0
-            r = {}
-            if timed_out:
-                r['timeout'] = 'the callback ran longer than CALLBACK_TIMEOUT_SEC (%g s)' % timeout
-            elif exc is None:
-                updates = []
-                skipped = 0
-                if res is None:
-                    pass
-                elif isinstance(res, Update):
-                    updates.append(res.to_dict())
-                elif isinstance(res, (list, tuple)):
-                    for u in res:
-                        if isinstance(u, Update):
-                            updates.append(u.to_dict())
-                        else:
-                            skipped += 1
-                else:
-                    skipped = 1
-                r['updates'] = updates
-                if skipped:
-                    r['skipped'] = skipped
-            elif isinstance(exc, RetryException):
-                r['retry'] = str(exc) or 'RetryException'
-            else:
-                r['error'] = _error_text(exc)
-                r['traceback'] = _traceback_text(exc)
+            try:
+                r = _result(res, exc, timed_out, timeout)
+            except Exception as e:
+                # What the callback returned or raised broke when read (a subclass's method).
+                r = {'error': 'InvalidResult: the callback\'s result could not be read: %s'
+                     % (_error_text(e),), 'traceback': _traceback_text(e)}
             r['ms'] = int(ms + 0.5)
             long_running = ms > long_ms
             r['longRunning'] = long_running
