@@ -22,6 +22,7 @@ import (
 
 	"github.com/silo-db/silo/db"
 	"github.com/silo-db/silo/db/dbtest"
+	apisql "github.com/silo-db/silo/sql"
 )
 
 // pyQuerier is a transaction or a connection.
@@ -821,4 +822,35 @@ func TestBeltPythonAbsentWithoutPLPython(t *testing.T) {
 	require.False(t, check)
 	require.False(t, run)
 	require.True(t, api, "the rest of sql/belt is there")
+}
+
+// Where the migrating role may not create functions in plpython3u (only superusers may), the file
+// warns and creates nothing: Python belts are refused, the rest of sql/ is built.
+func TestBeltPythonAbsentForNonSuperuser(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.Tx(t)
+	requirePython(t, tx)
+	ctx := context.Background()
+	body, err := apisql.FS.ReadFile("belt/06_python.sql")
+	require.NoError(t, err)
+	role := fmt.Sprintf("silo_py_test_%d_%d", os.Getpid(), time.Now().UnixNano())
+	for _, stmt := range []string{
+		`CREATE ROLE ` + role + ` NOSUPERUSER`,
+		`GRANT USAGE, CREATE ON SCHEMA belt_private TO ` + role,
+		`DROP FUNCTION belt_private.python_check(text, text)`,
+		`DROP FUNCTION belt_private.python_run(bigint, integer, text, jsonb, jsonb)`,
+		`SET LOCAL ROLE ` + role,
+	} {
+		_, err := tx.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	_, err = tx.Conn().PgConn().Exec(ctx, string(body)).ReadAll()
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `RESET ROLE`)
+	require.NoError(t, err)
+	var check, run bool
+	require.NoError(t, tx.QueryRow(ctx, `SELECT to_regprocedure('belt_private.python_check(text,text)') IS NOT NULL,
+		to_regprocedure('belt_private.python_run(bigint,integer,text,jsonb,jsonb)') IS NOT NULL`).Scan(&check, &run))
+	require.False(t, check)
+	require.False(t, run)
 }

@@ -854,20 +854,27 @@ if rt is None or getattr(rt, 'RUNTIME_HASH', None) != %1$s:
     GD['silo.belt.runtime'] = rt
 $body$, to_json(md5(v_runtime))::text, to_json(v_runtime)::text);
 
-    EXECUTE format($create$
+    -- Functions in an untrusted language are a superuser's to create: for another role, a
+    -- warning, and Python belts are refused while SQL belts work.
+    BEGIN
+        EXECUTE format($create$
 CREATE FUNCTION belt_private.python_check(p_source text, p_fetch_profile text)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
 AS %L$create$, v_prelude || E'return rt.check(p_source, p_fetch_profile)\n');
-    COMMENT ON FUNCTION belt_private.python_check(text, text) IS
-        'Validates p_source, the source of a Python belt''s callback.py, for FETCH_PROFILE p_fetch_profile (false, true or lazy, any case; NULL: false) by Granary''s rules: the source compiles and executes as a module (Update in its globals, profileClient too for lazy; 30 s at most), a method called execute is present, it has 2 or 3 parameters, with false or lazy a third one has a default (e.g. profile=None), with true it has exactly 3. Returns NULL when it validates, else the reason (also for a syntax error or an exception raised at import). Executes the module''s top-level code in this backend, as the server''s OS user. Exists only where the database has plpython3u. Raises nothing.';
+        COMMENT ON FUNCTION belt_private.python_check(text, text) IS
+            'Validates p_source, the source of a Python belt''s callback.py, for FETCH_PROFILE p_fetch_profile (false, true or lazy, any case; NULL or empty: false) by Granary''s rules: the source compiles and executes as a module (Update in its globals, profileClient too for lazy; 30 s at most), a method called execute is present, it has 2 or 3 parameters, with false or lazy a third one has a default (e.g. profile=None), with true it has exactly 3. Returns NULL when it validates, else the reason (also for a syntax error or an exception raised at import). Executes the module''s top-level code in this backend, as the server''s OS user. Exists only where the database has plpython3u. Raises nothing.';
 
-    EXECUTE format($create$
+        EXECUTE format($create$
 CREATE FUNCTION belt_private.python_run(p_belt_id bigint, p_version integer, p_source text, p_settings jsonb, p_events jsonb)
 RETURNS jsonb
 LANGUAGE plpython3u VOLATILE
 AS %L$create$, v_prelude || E'return rt.run(p_belt_id, p_version, p_source, p_settings, p_events)\n');
-    COMMENT ON FUNCTION belt_private.python_run(bigint, integer, text, jsonb, jsonb) IS
-        'Runs the events p_events (a JSON array of {"headers", "payload", "profile"}) through execute of the Python callback p_source of belt p_belt_id at version p_version, one call per event: execute(headers, payload), or execute(headers, payload, profile) when fetchProfile is TRUE. p_settings: {"fetchProfile": FALSE|TRUE|LAZY (LAZY puts profileClient, whose getProfile(cid, profileType=None, fragments=None) reads api.profile_get, in the module''s globals), "profileType" (default _d), "callbackTimeoutSec" (default 300; fractions allowed), "callbackLongrunningSec" (default 180), "env": {name: value} (set in os.environ)}. The module is executed once per backend per (belt id, version) and cached. Returns a JSON array aligned with p_events, each element {"updates": [update messages, without _origin unless the callback set one], "skipped": n when the callback returned things that are not Update objects (skipped), "ms", "longRunning"}, {"retry": message, "ms", "longRunning"} (RetryException), {"timeout": message, "ms", "longRunning"} (CALLBACK_TIMEOUT_SEC exceeded; the callback is interrupted), or {"error": "Type: message", "traceback", "ms", "longRunning"} (any other exception, or a source that does not load or validate: error "InvalidCallback: ..." for every event, traceback null); ms is whole milliseconds. A callback running longer than callbackLongrunningSec also gives a WARNING; its print() output goes to the server log. Exists only where the database has plpython3u. Raises SLINV when p_events is not an array, p_settings not an object or fetchProfile not one of the three.';
+        COMMENT ON FUNCTION belt_private.python_run(bigint, integer, text, jsonb, jsonb) IS
+            'Runs the events p_events (a JSON array of {"headers", "payload", "profile"}) through execute of the Python callback p_source of belt p_belt_id at version p_version, one call per event: execute(headers, payload), or execute(headers, payload, profile) when fetchProfile is TRUE. p_settings: {"fetchProfile": FALSE|TRUE|LAZY (LAZY puts profileClient, whose getProfile(cid, profileType=None, fragments=None) reads api.profile_get, in the module''s globals), "profileType" (default _d), "callbackTimeoutSec" (default 300; fractions allowed), "callbackLongrunningSec" (default 180), "env": {name: value} (set in os.environ)}. The module is executed once per backend per (belt id, version) and cached. Returns a JSON array aligned with p_events, each element {"updates": [update messages, without _origin unless the callback set one], "skipped": n when the callback returned things that are not Update objects (skipped), "ms", "longRunning"}, {"retry": message, "ms", "longRunning"} (RetryException), {"timeout": message, "ms", "longRunning"} (CALLBACK_TIMEOUT_SEC exceeded; the callback is interrupted), or {"error": "Type: message", "traceback", "ms", "longRunning"} (any other exception; a source that does not load or validate: error "InvalidCallback: ..." for every event, traceback null; a result that cannot be read or is not JSON: "InvalidResult: ..." or "ValueError: ..."); ms is whole milliseconds. A callback running longer than callbackLongrunningSec also gives a WARNING; its print() output goes to the server log. Exists only where the database has plpython3u. Raises SLINV when p_events is not an array, p_settings not an object or fetchProfile not one of the three.';
+    EXCEPTION WHEN insufficient_privilege THEN
+        RAISE WARNING 'Python belts are refused: the Python runtime was not created: %', SQLERRM
+            USING HINT = 'Functions in plpython3u are created by a superuser: run silo migrate as one after DELETE FROM silo.api_code;';
+    END;
 END
 $python$;
