@@ -854,3 +854,35 @@ func TestBeltPythonAbsentForNonSuperuser(t *testing.T) {
 	require.False(t, check)
 	require.False(t, run)
 }
+
+// A backend that outlives a migrate which changed the runtime installs the new one at its next
+// call: one watchdog thread, time.sleep replaced once, the callback modules executed again.
+func TestBeltPythonRuntimeReinstall(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.Tx(t)
+	requirePython(t, tx)
+	ctx := context.Background()
+	src := "import time\ndef execute(h, p):\n    time.sleep(0.01)\n    return [Update('c', ['g']).set_value('v')]\n"
+	belt := pyBelt()
+	ev := []map[string]any{pyEvent("e1", "c", nil)}
+	out := pyRun(t, tx, belt, 1, src, pyFalse, ev)
+	require.Len(t, out[0].Updates, 1)
+	_, err := tx.Exec(ctx, `DO $$
+GD['silo.belt.runtime'].RUNTIME_HASH = 'an older runtime'
+$$ LANGUAGE plpython3u`)
+	require.NoError(t, err)
+	out = pyRun(t, tx, belt, 1, src, pyFalse, ev)
+	require.Len(t, out[0].Updates, 1)
+	_, err = tx.Exec(ctx, `DO $$
+import threading, time
+rt = GD['silo.belt.runtime']
+if rt.RUNTIME_HASH == 'an older runtime':
+    plpy.error('not installed again')
+n = sum(1 for th in threading.enumerate() if th.name == 'silo-belt-watchdog')
+if n != 1:
+    plpy.error('%d watchdog threads' % n)
+if time.sleep is not rt._sliced_sleep or time._silo_orig_sleep.__module__ != 'time':
+    plpy.error('time.sleep replaced twice')
+$$ LANGUAGE plpython3u`)
+	require.NoError(t, err)
+}

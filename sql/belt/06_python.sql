@@ -69,7 +69,8 @@ RUNTIME_FILE = 'silo-belt-runtime.py'
 MODULE_CACHE_SIZE = 64
 CHECK_TIMEOUT_SEC = 30.0
 _plpy = None
-_orig_sleep = time.sleep
+# time.sleep as Python has it (a runtime installed again finds its own replacement there).
+_orig_sleep = getattr(time, '_silo_orig_sleep', time.sleep)
 
 
 class RetryException(Exception):
@@ -512,6 +513,7 @@ def install(plpy, runtime_hash, source, old):
             pass
     _register_source(RUNTIME_FILE, source)
     _install_modules()
+    time._silo_orig_sleep = _orig_sleep
     time.sleep = _sliced_sleep
 
 
@@ -519,6 +521,7 @@ def shutdown():
     global _watchdog
     if _watchdog is not None:
         _watchdog.stop()
+        _watchdog.thread.join(1.0)
         _watchdog = None
     for key in list(_state.modules):
         _forget(key)
