@@ -618,14 +618,26 @@ def execute(event_headers, event_payload):
 	}
 }
 
-// requireWatchdogIdle checks that the backend's watchdog thread waits without a timeout: woken
-// while the backend runs no Python code, it would poll for Python's lock every 5 ms.
+// requireWatchdogIdle checks that the backend's watchdog thread waits without a timeout (woken
+// while the backend runs no Python code, it would poll for Python's lock every 5 ms), and that it
+// blocks the signals PostgreSQL sends the backend.
 func requireWatchdogIdle(t *testing.T, tx pgx.Tx) {
 	t.Helper()
 	_, err := tx.Exec(context.Background(), `DO $$
+import signal
 wd = GD['silo.belt.runtime']._watchdog
 if not wd.idle.is_set() or wd.waiting_until is not None or wd.token:
     plpy.error('the watchdog is not idle')
+try:
+    status = open('/proc/self/task/%d/status' % wd.thread.native_id).read()
+except OSError:
+    status = None
+if status is not None:
+    blocked = [l for l in status.splitlines() if l.startswith('SigBlk:')][0].split()[1]
+    wanted = sum(1 << (int(n) - 1) for n in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1,
+                                              signal.SIGUSR2, signal.SIGALRM, signal.SIGTERM, signal.SIGURG))
+    if int(blocked, 16) & wanted != wanted:
+        plpy.error('the watchdog thread takes signals: SigBlk ' + blocked)
 $$ LANGUAGE plpython3u`)
 	require.NoError(t, err)
 }

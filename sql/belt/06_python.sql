@@ -58,6 +58,7 @@ import inspect
 import json
 import linecache
 import os
+import signal
 import sys
 import threading
 import time
@@ -295,6 +296,11 @@ class Watchdog:
         return False
 
     def _loop(self):
+        # Signals are PostgreSQL's, for the backend's thread: none is delivered to this one.
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        except (AttributeError, OSError, ValueError):
+            pass
         with self.cond:
             while not self.stopped:
                 if not self.token:
