@@ -1,6 +1,7 @@
 # Silo — `make run` starts Silo on an embedded PostgreSQL; `make test` runs the whole suite.
 # Both install what is missing first: Go modules, sqlc, and (as root, through apt-get) Debian's
-# PostgreSQL server binaries and pg_partman (native time partitioning); make test also
+# PostgreSQL server binaries, pg_partman (native time partitioning) and PL/Python (Python belts;
+# optional: without it, and when not root, Silo runs SQL belts only); make test also
 # plpgsql_check, the PL/pgSQL linter it runs over sql/. TimescaleDB is in no package registry:
 # when a TimescaleDB source tarball lies beside the project (TIMESCALEDB_SRC), it is built and
 # installed once (as root), and Silo's embedded PostgreSQL preloads it; without it Silo uses native
@@ -23,7 +24,7 @@ TIMESCALEDB_SRC ?= $(lastword $(shell ls -v ../*/timescaledb/timescaledb-*.tar.g
 # apt-get waits this long for another apt or dpkg run to finish.
 APT_GET    := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 
-.PHONY: run test build deps deps-pg deps-partman deps-timescaledb deps-lint deps-go sqlc generate sqlc-check vet fmt-check bench fuzz clean
+.PHONY: run test build deps deps-pg deps-partman deps-plpython deps-timescaledb deps-lint deps-go sqlc generate sqlc-check vet fmt-check bench fuzz clean
 
 run: deps build
 	./$(SILO) up
@@ -40,7 +41,7 @@ install: deps-go
 	GOBIN='$(INSTALL_DIR)' $(GO) install ./cmd/silo
 	@echo "installed $(INSTALL_DIR)/silo ($$('$(INSTALL_DIR)/silo' version))"
 
-deps: deps-pg deps-partman deps-timescaledb deps-go
+deps: deps-pg deps-partman deps-plpython deps-timescaledb deps-go
 
 deps-go:
 	@$(GO) mod download
@@ -74,6 +75,23 @@ deps-partman: deps-pg
 			$(APT_GET) update -qq && $(APT_GET) install -y -qq postgresql-$$ver-partman; \
 		else \
 			echo "pg_partman is missing: install Debian's postgresql-$$ver-partman package (Silo's native time partitioning)"; exit 1; \
+		fi; \
+	fi
+
+# PL/Python (plpython3u), which runs Python belts, for the server Silo starts ($SILO_PG_BIN, else
+# the newest /usr/lib/postgresql/*/bin): Debian's package postgresql-plpython3-$ver. Without it
+# Silo runs SQL belts only and refuses Python ones, so a missing package only says so when
+# make is not run as root.
+deps-plpython: deps-pg
+	@bin=$${SILO_PG_BIN:-$$(ls -dv /usr/lib/postgresql/*/bin | tail -n1)}; \
+	ver=$$("$$bin/postgres" --version | sed -E 's/^[^0-9]*([0-9]+).*/\1/'); \
+	share=$$("$$bin/pg_config" --sharedir 2>/dev/null || echo /usr/share/postgresql/$$ver); \
+	if [ ! -f "$$share/extension/plpython3u.control" ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "installing PL/Python for PostgreSQL $$ver (Debian package)"; \
+			$(APT_GET) update -qq && $(APT_GET) install -y -qq postgresql-plpython3-$$ver; \
+		else \
+			echo "PL/Python is missing and not root, so not installed: install Debian's postgresql-plpython3-$$ver package for Python belts (without it Silo runs SQL belts only)"; \
 		fi; \
 	fi
 
