@@ -167,6 +167,34 @@ BEGIN
 END
 $drop$`
 
+// codeHash is the hash silo.api_code records for sql/ files of hash filesHash in the database
+// of q: some of sql/ is built only where the database has what it needs (the Python runtime of
+// belts needs plpython3u), so the database's languages and extensions are part of it, and a DBA
+// who adds one gets that code built by the next migrate, whatever the files.
+func codeHash(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, filesHash string) (string, error) {
+	var features string
+	if err := q.QueryRow(ctx, `SELECT (SELECT string_agg(lanname, ',' ORDER BY lanname) FROM pg_catalog.pg_language)
+		|| ';' || (SELECT string_agg(extname, ',' ORDER BY extname) FROM pg_catalog.pg_extension)`).Scan(&features); err != nil {
+		return "", fmt.Errorf("error reading the database's languages and extensions: %w", err)
+	}
+	sum := sha256.Sum256([]byte(filesHash + "\n" + features))
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// CodeHash is the hash that silo.api_code holds in the database of q when its sql/ code is this
+// build's.
+func CodeHash(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (string, error) {
+	_, _, files, err := APICode()
+	if err != nil {
+		return "", err
+	}
+	return codeHash(ctx, q, files)
+}
+
 // rebuildAPI drops schema api and the private schemas and runs the sql/ files in one transaction
 // under an advisory lock,
 // unless silo.api_code already records the same code.
@@ -179,8 +207,12 @@ func rebuildAPI(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, apiLockKey); err != nil {
 			return fmt.Errorf("error locking schema api: %w", err)
 		}
+		hash, err := codeHash(ctx, tx, hash)
+		if err != nil {
+			return err
+		}
 		var current string
-		err := tx.QueryRow(ctx, `SELECT hash FROM silo.api_code WHERE to_regnamespace('api') IS NOT NULL`).Scan(&current)
+		err = tx.QueryRow(ctx, `SELECT hash FROM silo.api_code WHERE to_regnamespace('api') IS NOT NULL`).Scan(&current)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("error reading the installed api code: %w", err)
 		}

@@ -18,7 +18,7 @@ func TestMigrateIdempotentAndReversible(t *testing.T) {
 
 	var hash string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT hash FROM silo.api_code`).Scan(&hash))
-	_, _, want, err := db.APICode()
+	want, err := db.CodeHash(ctx, pool)
 	require.NoError(t, err)
 	require.Equal(t, want, hash)
 
