@@ -1,0 +1,74 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Pryv's envelope: every answer of the account routes, errors and the mux's own 404 and 405
+// included, carries meta {apiVersion, serverTime, serial} and the API-Version header. Pryv's
+// JavaScript client refuses an answer without meta.serverTime.
+
+// accountMeta is the meta object of an answer made now.
+func accountMeta(now time.Time) []byte {
+	server := float64(now.UnixMicro()) / 1e6
+	return []byte(`{"apiVersion":` + strconv.Quote(AccountAPIVersion) +
+		`,"serverTime":` + strconv.FormatFloat(server, 'f', -1, 64) +
+		`,"serial":` + strconv.Quote(accountSerial) + `}`)
+}
+
+// withMeta adds meta to a JSON object body; a body that is not one is returned as it is.
+func withMeta(body []byte, meta []byte) []byte {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) < 2 || trimmed[0] != '{' || trimmed[len(trimmed)-1] != '}' || !json.Valid(trimmed) {
+		return body
+	}
+	inner := bytes.TrimSpace(trimmed[1 : len(trimmed)-1])
+	out := make([]byte, 0, len(trimmed)+len(meta)+16)
+	out = append(out, '{')
+	if len(inner) > 0 {
+		out = append(out, inner...)
+		out = append(out, ',')
+	}
+	out = append(out, `"meta":`...)
+	out = append(out, meta...)
+	return append(out, '}')
+}
+
+// metaWriter holds an answer back until the handler is done, then writes it with meta.
+type metaWriter struct {
+	http.ResponseWriter
+	status int
+	body   bytes.Buffer
+}
+
+func (w *metaWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+
+func (w *metaWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.body.Write(b)
+}
+
+// finish writes the held answer: meta added to a JSON object, the API-Version header set.
+func (w *metaWriter) finish() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	body := w.body.Bytes()
+	if w.Header().Get("Content-Type") == "application/json" {
+		body = withMeta(body, accountMeta(time.Now()))
+	}
+	w.Header().Set("API-Version", AccountAPIVersion)
+	w.Header().Del("Content-Length")
+	w.ResponseWriter.WriteHeader(w.status)
+	_, _ = w.ResponseWriter.Write(body)
+}
