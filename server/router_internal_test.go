@@ -51,10 +51,10 @@ func TestRouterSeparatesSiloAndAccountRoutes(t *testing.T) {
 		{"POST", "/events", 200, `{"route":"event store post","user":""}`},
 		{"GET", "/alice/events", 200, `{"route":"user events","user":"alice",`},
 		{"GET", "/alice/events/c1", 200, `{"route":"user event","user":"alice",`},
-		{"GET", "/events/abc/events", 404, `"unknown-resource"`},       // Silo's namespace: not a user's
-		{"GET", "/alice/nothing", 404, `"unknown-resource"`},           // a user's namespace, with meta
-		{"DELETE", "/alice/events", 405, `"method-not-allowed"`},       // with meta too
-		{"GET", "/alice", 404, `"unknown-resource"`},                   // no second segment: not a user's
+		{"GET", "/events/abc/events", 404, `"unknown-resource"`},      // Silo's namespace: not a user's
+		{"GET", "/alice/nothing", 404, `"unknown-resource"`},          // a user's namespace, with meta
+		{"DELETE", "/alice/events", 405, `"method-not-allowed"`},      // with meta too
+		{"GET", "/alice", 404, `"unknown-resource"`},                  // no second segment: not a user's
 		{"PUT", "/events/abc", 405, `"method-not-allowed","message"`}, // Silo's 405
 	} {
 		req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
