@@ -20,7 +20,8 @@ func accountMeta(now time.Time) []byte {
 		`,"serial":` + strconv.Quote(accountSerial) + `}`)
 }
 
-// withMeta adds meta to a JSON object body; a body that is not one is returned as it is.
+// withMeta adds meta to a JSON object body, ending it with a newline as json.Encoder does; a
+// body that is not one is returned as it is.
 func withMeta(body []byte, meta []byte) []byte {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) < 2 || trimmed[0] != '{' || trimmed[len(trimmed)-1] != '}' || !json.Valid(trimmed) {
@@ -35,7 +36,7 @@ func withMeta(body []byte, meta []byte) []byte {
 	}
 	out = append(out, `"meta":`...)
 	out = append(out, meta...)
-	return append(out, '}')
+	return append(out, '}', '\n')
 }
 
 // metaWriter holds an answer back until the handler is done, then writes it with meta.

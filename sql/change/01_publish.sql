@@ -48,6 +48,10 @@
 -- * reaper: kinds ttl (a grain deleted) and ttn (a grain due for notification); payload the reaper
 --   event (its id, the grain's coordinates and metadata, never the value); readers {the grain's
 --   reader} (sql/profile/10_reaper.sql).
+-- * account:{username}:events: kinds created, updated, trashed (a first DELETE) and deleted (the
+--   second); payload {"id"}, the event id; readers {account:{username}}, the reader role of that
+--   user's accesses (sql/account/08_change.sql). account:{username}:streams: kind created, payload
+--   {"id"}, the stream id, same readers.
 -- * Any other channel a domain or a DBA publishes with api.change_publish or change_private.outbox,
 --   named {namespace}:{name} (ops:deploy, reports:daily).
 --
