@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/silo-db/silo/db"
+	"github.com/silo-db/silo/db/dbtest"
 )
 
 func TestAccountEventCreate(t *testing.T) {
@@ -414,4 +416,71 @@ func TestAccountEventChanges(t *testing.T) {
 		{"account:alice:events", "trashed", id, []string{"account:alice"}},
 		{"account:alice:events", "deleted", id, []string{"account:alice"}},
 	}, events)
+}
+
+// The series routes find a holder as Pryv's HF server does: one stream with the right is enough,
+// create-only may write, and it must be a live series event. A deleted holder's series is recorded
+// for removal.
+func TestAccountSeriesHolderLookup(t *testing.T) {
+	t.Parallel()
+	b := accountSetup(t)
+	b.tree(t)
+	creator, err := b.app(t, b.personal, `{"name": "c", "permissions": [{"streamId": "heart", "level": "create-only"}]}`)
+	require.NoError(t, err)
+	reader, err := b.app(t, b.personal, `{"name": "r", "permissions": [{"streamId": "work", "level": "read"}]}`)
+	require.NoError(t, err)
+	out, err := b.event(t, b.personal, `{"streamIds": ["ecg", "work"], "type": "series:mass/kg"}`)
+	require.NoError(t, err)
+	holder := out["event"].(map[string]any)["id"].(string)
+	out, err = b.event(t, b.personal, `{"streamIds": ["ecg"], "type": "note/txt"}`)
+	require.NoError(t, err)
+	note := out["event"].(map[string]any)["id"].(string)
+
+	lookup := func(by, id, action string) (int64, error) {
+		var series int64
+		err := dbtest.Savepoint(t, b.tx, func(tx pgx.Tx) error {
+			return tx.QueryRow(b.ctx, `SELECT (account_private.series_holder(account_private.access($1), $2, $3)).series_id`, by, id, action).Scan(&series)
+		})
+		return series, err
+	}
+	series, err := lookup(creator, holder, "create")
+	require.NoError(t, err, "create-only on one of its streams may add points")
+	require.Positive(t, series)
+	_, err = lookup(creator, holder, "read")
+	accountCode(t, err, "SAFRB")
+	_, err = lookup(reader, holder, "read")
+	require.NoError(t, err, "read on one of its streams is enough")
+	_, err = lookup(reader, holder, "create")
+	accountCode(t, err, "SAFRB")
+	_, err = lookup(b.personal, note, "create")
+	accountCode(t, err, "SAOPR")
+	_, err = lookup(b.personal, "cnosuchevent0000000000000", "read")
+	accountCode(t, err, "SANFD")
+
+	del := func() {
+		_, err := b.call(t, func(q *db.Queries) (json.RawMessage, error) {
+			return q.AccountEventDelete(b.ctx, db.AccountEventDeleteParams{AccessID: b.personal, ID: holder})
+		})
+		require.NoError(t, err)
+	}
+	del()
+	_, err = lookup(b.personal, holder, "create")
+	accountCode(t, err, "SAOPR") // trashed
+	var n int
+	require.NoError(t, b.tx.QueryRow(b.ctx, `SELECT count(*) FROM account.series_deletions`).Scan(&n))
+	require.Equal(t, 0, n, "a trashed holder keeps its series")
+	del()
+	_, err = lookup(b.personal, holder, "create")
+	accountCode(t, err, "SANFD")
+	var recorded string
+	require.NoError(t, b.tx.QueryRow(b.ctx, `SELECT event_id FROM account.series_deletions WHERE series_id = $1`, series).Scan(&recorded))
+	require.Equal(t, holder, recorded)
+
+	// A user's deletion takes its series along, recorded too.
+	out, err = b.event(t, b.personal, `{"streamIds": ["ecg"], "type": "series:ratio/generic"}`)
+	require.NoError(t, err)
+	_, err = b.tx.Exec(b.ctx, `DELETE FROM account.users WHERE username = 'alice'`)
+	require.NoError(t, err)
+	require.NoError(t, b.tx.QueryRow(b.ctx, `SELECT count(*) FROM account.series_deletions`).Scan(&n))
+	require.Equal(t, 2, n)
 }

@@ -178,6 +178,18 @@ COMMENT ON COLUMN account.event_deletions.user_id IS 'The owner (account.users).
 COMMENT ON COLUMN account.event_deletions.id IS 'The id of the deleted event.';
 COMMENT ON COLUMN account.event_deletions.deleted IS 'When it was deleted, seconds since the epoch.';
 
+CREATE TABLE account.series_deletions (
+    series_id bigint PRIMARY KEY,
+    user_id   bigint NOT NULL,
+    event_id  text NOT NULL,
+    deleted   double precision NOT NULL
+);
+COMMENT ON TABLE account.series_deletions IS 'Series whose holder event is gone (deleted for good, or with its user): their points are to be removed, off the request path (seed 001: the series storage is identified by an id unrelated to the event id and deleted later). Filled by the delete trigger of account.events; the series storage removes a series'' points, then its row.';
+COMMENT ON COLUMN account.series_deletions.series_id IS 'The series (account.events.series_id of the deleted holder).';
+COMMENT ON COLUMN account.series_deletions.user_id IS 'The user it belonged to (account.users.id; the user may be gone too).';
+COMMENT ON COLUMN account.series_deletions.event_id IS 'The id of the deleted holder event, for the record.';
+COMMENT ON COLUMN account.series_deletions.deleted IS 'When the holder was deleted, seconds since the epoch.';
+
 CREATE TABLE account.series_types (
     type        text PRIMARY KEY CONSTRAINT series_types_type_check CHECK (type ~ '^[a-z0-9-]+/[a-z0-9-]+$'),
     description text NOT NULL

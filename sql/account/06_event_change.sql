@@ -103,3 +103,21 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.account_event_delete(text, text) IS 'Deletes event p_id on behalf of access p_access_id, as Pryv does: a live event is trashed and returned as {"event": {..., "trashed": true}} (kind trashed); a trashed one is deleted for good and {"eventDeletion": {"id", "deleted"}} returned (kind deleted), leaving a row of account.event_deletions; the row of a series holder goes, and with it (by its series id, never given again) its series. Needs contribute on every stream of the event. Publishes the kind, payload {"id"}, on channel account:<username>:events (readers {account:<username>}). Raises SAAUT when p_access_id is unknown or deleted; SANFD when there is no such event; SAFRB without contribute; SAREF when a stream of the event is gone.';
+
+-- Whoever deletes a series holder (api.account_event_delete, a user's deletion cascading, a DBA),
+-- its series is recorded for removal.
+CREATE FUNCTION account_private.tg_events__series_deleted()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    INSERT INTO account.series_deletions (series_id, user_id, event_id, deleted)
+    SELECT o.series_id, o.user_id, o.id, account_private.now_s()
+    FROM old_rows o WHERE o.series_id IS NOT NULL
+    ON CONFLICT (series_id) DO NOTHING;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION account_private.tg_events__series_deleted() IS 'Statement trigger of account.events after DELETE: records the series of every deleted series holder in account.series_deletions, whoever deleted it. Raises nothing.';
+CREATE TRIGGER events_series_deleted AFTER DELETE ON account.events
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION account_private.tg_events__series_deleted();
