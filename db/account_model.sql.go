@@ -26,6 +26,17 @@ func (q *Queries) AccountAccessCreate(ctx context.Context, arg AccountAccessCrea
 	return body, err
 }
 
+const accountAccessInfo = `-- name: AccountAccessInfo :one
+SELECT api.account_access_info($1::text)::jsonb AS body
+`
+
+func (q *Queries) AccountAccessInfo(ctx context.Context, accessID string) (json.RawMessage, error) {
+	row := q.db.QueryRow(ctx, accountAccessInfo, accessID)
+	var body json.RawMessage
+	err := row.Scan(&body)
+	return body, err
+}
+
 const accountAccessesGet = `-- name: AccountAccessesGet :one
 SELECT api.account_accesses_get($1::text)::jsonb AS body
 `

@@ -253,6 +253,18 @@ type AccountReservedUsername struct {
 	Reason string `json:"reason"`
 }
 
+// Series whose holder event is gone (deleted for good, or with its user): their points are to be removed, off the request path (seed 001: the series storage is identified by an id unrelated to the event id and deleted later). Filled by the delete trigger of account.events; the series storage removes a series' points, then its row.
+type AccountSeriesDeletion struct {
+	// The series (account.events.series_id of the deleted holder).
+	SeriesID int64 `json:"seriesId"`
+	// The user it belonged to (account.users.id; the user may be gone too).
+	UserID int64 `json:"userId"`
+	// The id of the deleted holder event, for the record.
+	EventID string `json:"eventId"`
+	// When the holder was deleted, seconds since the epoch.
+	Deleted float64 `json:"deleted"`
+}
+
 // The types a series holder event may have (as series:{type}): the types of Pryv's public catalogue (pryv/data-types, flat.json version 0.3.0, as Pryv's service-core ships it in event-types.default.json) whose values are a number, a string or a boolean, or an object of such properties: 321 of its 334 types. Left out: types without content (activity/plain), attachments, numset/*, and objects with nested objects or arrays (audiogram/data, audit-log/*, clinical/fhir, message/email, message/facebook). A DBA may add types with their fields.
 type AccountSeriesType struct {
 	// The type, {class}/{format}, e.g. mass/kg.

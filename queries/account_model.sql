@@ -48,3 +48,6 @@ SELECT api.account_events_get(
     sqlc.arg(state)::text,
     sqlc.arg(include_series)::boolean
 )::jsonb AS body;
+
+-- name: AccountAccessInfo :one
+SELECT api.account_access_info(sqlc.arg(access_id)::text)::jsonb AS body;

@@ -95,6 +95,17 @@ func (s *server) accountAccessesGet(w http.ResponseWriter, r *http.Request) {
 	s.accountAnswer(w, r, http.StatusOK, out, err)
 }
 
+// accountAccessInfo answers what the request's access is, with the user's name: what Pryv's
+// clients ask first of an API endpoint.
+func (s *server) accountAccessInfo(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.accountAccess(w, r)
+	if !ok {
+		return
+	}
+	out, err := s.q.AccountAccessInfo(r.Context(), id)
+	s.accountAnswer(w, r, http.StatusOK, out, err)
+}
+
 func (s *server) accountStreamCreate(w http.ResponseWriter, r *http.Request) {
 	id, ok := s.accountAccess(w, r)
 	if !ok {

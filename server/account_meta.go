@@ -73,3 +73,18 @@ func (w *metaWriter) finish() {
 	w.ResponseWriter.WriteHeader(w.status)
 	_, _ = w.ResponseWriter.Write(body)
 }
+
+// accountCORS sets Pryv's CORS headers, so that a Pryv web app on another origin may call the
+// account routes with its token: the request's origin is allowed, with credentials.
+func accountCORS(h http.Header, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		origin = "*"
+	}
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Set("Access-Control-Allow-Credentials", "true")
+	h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, Origin, X-Requested-With")
+	h.Set("Access-Control-Expose-Headers", "API-Version")
+	h.Add("Vary", "Origin")
+}

@@ -99,6 +99,26 @@ func TestAccountHTTPAuthentication(t *testing.T) {
 	require.Len(t, accesses, 1)
 	require.Equal(t, "personal", accesses[0].(map[string]any)["type"])
 
+	a = b.do(t, "GET", "/alice/access-info", b.token, "")
+	require.Equal(t, 200, a.status, a.body)
+	require.Equal(t, "personal", a.body["type"])
+	require.Equal(t, map[string]any{"username": "alice"}, a.body["user"])
+
+	// A browser's preflight, and the CORS headers of every answer.
+	req, err = http.NewRequest("OPTIONS", b.srv.URL+"/alice/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("Origin", "https://app.example")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "https://app.example", resp.Header.Get("Access-Control-Allow-Origin"))
+	require.Equal(t, "true", resp.Header.Get("Access-Control-Allow-Credentials"))
+	require.Contains(t, resp.Header.Get("Access-Control-Allow-Headers"), "Authorization")
+	require.Equal(t, server.AccountAPIVersion, resp.Header.Get("API-Version"))
+	a = b.do(t, "GET", "/alice/events", b.token, "")
+	require.Equal(t, "*", a.header.Get("Access-Control-Allow-Origin"))
+
 	for _, tc := range []struct {
 		path, auth string
 		status     int

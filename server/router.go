@@ -93,6 +93,11 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	mw := &metaWriter{ResponseWriter: w}
 	defer mw.finish()
+	accountCORS(mw.Header(), r)
+	if r.Method == http.MethodOptions {
+		mw.WriteHeader(http.StatusOK) // a browser's preflight, answered as Pryv answers it
+		return
+	}
 	if _, pattern := rt.accounts.Handler(r); pattern != "" {
 		rt.accounts.ServeHTTP(mw, r)
 		return

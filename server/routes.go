@@ -53,6 +53,7 @@ func New(cfg Config) http.Handler {
 	}
 	account("POST /{username}/accesses", s.accountAccessCreate)
 	account("GET /{username}/accesses", s.accountAccessesGet)
+	account("GET /{username}/access-info", s.accountAccessInfo)
 	account("POST /{username}/streams", s.accountStreamCreate)
 	account("GET /{username}/streams", s.accountStreamsGet)
 	account("POST /{username}/events", s.accountEventCreate)

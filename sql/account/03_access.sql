@@ -205,3 +205,12 @@ AS $$
      AND (v_by.type = 'personal' OR a.created_by = v_by.id);
 $$;
 COMMENT ON FUNCTION api.account_accesses_get(text) IS 'The accesses access p_access_id may list, in Pryv''s shape {"accesses": [...]}, oldest first, without tokens (only their hashes are kept): every live access of the user for a personal access, the ones it created for an app access. Raises SAAUT when p_access_id is unknown or deleted.';
+
+CREATE FUNCTION api.account_access_info(p_access_id text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT account_private.access_json(a) || jsonb_build_object('user', jsonb_build_object('username', u.username))
+    FROM account_private.access(p_access_id) a JOIN account.users u ON u.id = a.user_id;
+$$;
+COMMENT ON FUNCTION api.account_access_info(text) IS 'What access p_access_id is, in the shape of Pryv''s GET /{username}/access-info: the access (id, type, name, permissions, ..., without the token) and user {username}. Raises SAAUT when p_access_id is unknown or deleted.';
