@@ -52,6 +52,8 @@ func TestAccountEventCreate(t *testing.T) {
 		{`{"streamId": "diary", "type": "notype"}`, "SAINV"},
 		{`{"streamId": "diary", "type": "note/txt", "time": "now"}`, "SAINV"},
 		{`{"streamId": "diary", "type": "note/txt", "duration": -1}`, "SAINV"},
+		{`{"streamId": "diary", "type": "note/txt", "time": 1e400}`, "SAINV"},
+		{`{"streamId": "diary", "type": "note/txt", "duration": 1e400}`, "SAINV"},
 		{`{"streamId": "diary", "type": "note/txt", "tags": "x"}`, "SAINV"},
 		{`{"streamId": "diary", "type": "note/txt", "clientData": []}`, "SAINV"},
 		{`{"streamId": "diary", "type": "note/txt", "unknown": 1}`, "SAINV"},
@@ -156,6 +158,7 @@ func TestAccountEventUpdate(t *testing.T) {
 		{plain, `"x"`, "SASTR"},
 		{plain, `{"id": "cother"}`, "SAINV"},
 		{plain, `{"time": null}`, "SAINV"},
+		{plain, `{"time": -1e400}`, "SAINV"},
 		{plain, `{"streamIds": ["nowhere"]}`, "SAREF"},
 		{"cnosuchevent0000000000000", `{"time": 1}`, "SANFD"},
 	} {

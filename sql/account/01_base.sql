@@ -126,3 +126,22 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION account_private.string_array(jsonb, text) IS 'The property p_key of p_body as a text array; NULL when absent or null. Raises SAINV (invalid-parameters-format) when it is not an array of strings.';
+
+-- A JSON number may exceed double precision (1e400 is valid JSON and valid jsonb): that is the
+-- client's mistake, not a server error.
+CREATE FUNCTION account_private.seconds(p_body jsonb, p_key text, p_nullable boolean DEFAULT true)
+RETURNS double precision
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v jsonb := account_private.prop(p_body, p_key, 'number', p_nullable);
+BEGIN
+    IF v IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN (v #>> '{}')::double precision;
+EXCEPTION WHEN numeric_value_out_of_range THEN
+    RAISE EXCEPTION 'property % is out of range: %', p_key, left(v::text, 40) USING ERRCODE = 'SAINV';
+END
+$$;
+COMMENT ON FUNCTION account_private.seconds(jsonb, text, boolean) IS 'The number property p_key of p_body (a time or duration in seconds) as double precision; NULL when absent, or null and p_nullable (default true). Raises SAINV (invalid-parameters-format) when it is not a number or is out of the range of double precision.';

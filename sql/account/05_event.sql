@@ -126,7 +126,7 @@ DECLARE
     v_id text;
     v_type text;
     v_content jsonb;
-    v_duration jsonb;
+    v_duration double precision;
     v_new account.events;
     v_now double precision := account_private.now_s();
 BEGIN
@@ -147,18 +147,18 @@ BEGIN
         RAISE EXCEPTION 'invalid event id "%"', v_id USING ERRCODE = 'SAINV', HINT = 'An event id is c and 24 lowercase letters, digits or dashes (cuid-like).';
     END IF;
     v_content := p_event -> 'content';
-    v_duration := account_private.prop(p_event, 'duration', 'number');
+    v_duration := account_private.seconds(p_event, 'duration');
     IF v_type LIKE 'series:%' THEN
         IF v_content IS NOT NULL THEN
             RAISE EXCEPTION 'a series event gets its content from the server: do not give content' USING ERRCODE = 'SAINV';
         END IF;
         v_content := account_private.series_content(v_type);
-        v_duration := coalesce(v_duration, '0');
-        IF v_duration::text::double precision <> 0 THEN
+        v_duration := coalesce(v_duration, 0);
+        IF v_duration <> 0 THEN
             RAISE EXCEPTION 'a series event starts with duration 0: its data sets it' USING ERRCODE = 'SAINV';
         END IF;
     END IF;
-    IF v_duration IS NOT NULL AND v_duration::text::double precision < 0 THEN
+    IF v_duration < 0 THEN
         RAISE EXCEPTION 'duration must not be negative' USING ERRCODE = 'SAINV';
     END IF;
     PERFORM account_private.require_streams(v_by, v_streams, 'create');
@@ -168,8 +168,8 @@ BEGIN
     INSERT INTO account.events (user_id, id, stream_ids, type, time, duration, content, tags, description, client_data,
                                 series_id, trashed, created, created_by, modified, modified_by)
     VALUES (v_by.user_id, v_id, v_streams, v_type,
-            coalesce((account_private.prop(p_event, 'time', 'number') #>> '{}')::double precision, v_now),
-            (v_duration #>> '{}')::double precision, v_content,
+            coalesce(account_private.seconds(p_event, 'time'), v_now),
+            v_duration, v_content,
             account_private.string_array(p_event, 'tags'), account_private.prop(p_event, 'description', 'string') #>> '{}',
             account_private.prop(p_event, 'clientData', 'object'),
             CASE WHEN v_type LIKE 'series:%' THEN nextval('account.series_id_seq') END,

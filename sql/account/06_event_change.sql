@@ -34,10 +34,10 @@ BEGIN
         v_new.type := v_type;
     END IF;
     IF p_update ? 'time' THEN
-        v_new.time := (account_private.prop(p_update, 'time', 'number', false) #>> '{}')::double precision;
+        v_new.time := account_private.seconds(p_update, 'time', false);
     END IF;
     IF p_update ? 'duration' THEN
-        v_new.duration := (account_private.prop(p_update, 'duration', 'number') #>> '{}')::double precision;
+        v_new.duration := account_private.seconds(p_update, 'duration');
         IF v_new.duration < 0 THEN
             RAISE EXCEPTION 'duration must not be negative' USING ERRCODE = 'SAINV';
         END IF;
