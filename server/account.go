@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -286,7 +287,7 @@ func floatParam(q url.Values, name string) (*float64, error) {
 		return nil, nil
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 		return nil, fmt.Errorf("query parameter %s must be a number (seconds since the epoch), not %q", name, v)
 	}
 	return &f, nil
