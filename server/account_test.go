@@ -242,3 +242,63 @@ func TestAccountHTTPSession(t *testing.T) {
 	require.Equal(t, 404, a.status)
 	require.Equal(t, "unknown-resource", a.errID())
 }
+
+// Pryv's batch call, as its JavaScript client's connection.api() sends it: one result per call, in
+// order, each its own success or error.
+func TestAccountHTTPBatch(t *testing.T) {
+	t.Parallel()
+	b := accountSetup(t)
+	a := b.do(t, "POST", "/alice/", b.token, `[
+		{"method": "streams.create", "params": {"id": "heart", "name": "Heart"}},
+		{"method": "events.create", "params": {"streamIds": ["heart"], "type": "series:mass/kg"}},
+		{"method": "events.create", "params": {"streamId": "heart", "type": "note/txt", "content": "hi", "time": 10}},
+		{"method": "events.create", "params": {"streamId": "nowhere", "type": "note/txt"}},
+		{"method": "events.get", "params": {"streams": ["heart"], "types": ["series:*"], "limit": 5}},
+		{"method": "events.get", "params": {"fromTime": 0, "sortAscending": true}},
+		{"method": "streams.get"},
+		{"method": "getAccessInfo", "params": {}},
+		{"method": "accesses.create", "params": {"name": "app", "permissions": [{"streamId": "heart", "level": "read"}]}},
+		{"method": "events.fly", "params": {}},
+		{"method": "events.get", "params": {"fromTime": {"x": 1}}}
+	]`)
+	require.Equal(t, 200, a.status, a.body)
+	results := a.body["results"].([]any)
+	require.Len(t, results, 11)
+	res := func(i int) map[string]any { return results[i].(map[string]any) }
+	require.Equal(t, "heart", res(0)["stream"].(map[string]any)["id"])
+	holder := res(1)["event"].(map[string]any)["id"]
+	note := res(2)["event"].(map[string]any)["id"]
+	require.Equal(t, "unknown-referenced-resource", res(3)["error"].(map[string]any)["id"])
+	require.Len(t, res(4)["events"], 1)
+	require.Equal(t, holder, res(4)["events"].([]any)[0].(map[string]any)["id"])
+	require.Len(t, res(5)["events"], 1)
+	require.Equal(t, note, res(5)["events"].([]any)[0].(map[string]any)["id"])
+	require.Len(t, res(6)["streams"], 1)
+	require.Equal(t, map[string]any{"username": "alice"}, res(7)["user"])
+	require.NotEmpty(t, res(8)["access"].(map[string]any)["token"])
+	require.Equal(t, "invalid-method", res(9)["error"].(map[string]any)["id"])
+	require.Equal(t, "invalid-parameters-format", res(10)["error"].(map[string]any)["id"])
+
+	a = b.do(t, "POST", "/alice/", b.token, `[
+		{"method": "events.update", "params": {"id": "`+holder.(string)+`", "update": {"content": 1}}},
+		{"method": "events.update", "params": {"id": "`+note.(string)+`", "update": {"content": "bye"}}},
+		{"method": "events.getOne", "params": {"id": "`+note.(string)+`"}},
+		{"method": "events.delete", "params": {"id": "`+note.(string)+`"}},
+		{"method": "events.delete", "params": {"id": "`+note.(string)+`"}}
+	]`)
+	require.Equal(t, 200, a.status, a.body)
+	results = a.body["results"].([]any)
+	require.Equal(t, "invalid-operation", res(0)["error"].(map[string]any)["id"])
+	require.Equal(t, "bye", res(1)["event"].(map[string]any)["content"])
+	require.Equal(t, "bye", res(2)["event"].(map[string]any)["content"])
+	require.Equal(t, true, res(3)["event"].(map[string]any)["trashed"])
+	require.Equal(t, note, res(4)["eventDeletion"].(map[string]any)["id"])
+
+	for _, body := range []string{`{"method": "events.get"}`, `[1]`, `[{"method": 3}]`} {
+		a := b.do(t, "POST", "/alice/", b.token, body)
+		require.Equal(t, 400, a.status, body)
+		require.Equal(t, "invalid-request-structure", a.errID(), body)
+	}
+	a = b.do(t, "POST", "/alice/", "", `[]`)
+	require.Equal(t, 401, a.status)
+}

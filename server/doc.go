@@ -7,6 +7,7 @@
 //	routes.go                      New: the route table
 //	profile.go, profile_updater.go, the handlers, one domain each (<domain>*.go)
 //	change_ws.go, health.go,
+//	account_batch.go               Pryv's batch call (POST /{username}/)
 //	account.go
 //	router.go                      Silo's own routes and the account routes (/{username}/...)
 //	                               on two muxes, and the JSON 404 and 405

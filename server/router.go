@@ -10,7 +10,7 @@ import (
 // /events/{correlationId} both match /events/events and neither is more specific, so the mux
 // refuses to register the second (a test shows it). A request goes to Silo's own routes when one
 // matches it; otherwise to the account routes when its first segment is no first segment of Silo's
-// own routes and it has a second one. Usernames never equal such a segment
+// own routes and a slash follows it. Usernames never equal such a segment
 // (account.reserved_usernames, kept in step with this table by a test), so no user's path is
 // ever taken by a Silo route, nor the reverse.
 type router struct {
@@ -75,11 +75,11 @@ func (rt *router) topLevel() []string {
 	return out
 }
 
-// accountPath tells whether path belongs to the account routes: /{first}/{more}, first not a
-// first segment of Silo's own routes.
+// accountPath tells whether path belongs to the account routes: /{first}/ and what follows,
+// first not a first segment of Silo's own routes.
 func (rt *router) accountPath(path string) bool {
-	first, rest, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
-	return ok && first != "" && rest != "" && !rt.top[first]
+	first, _, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	return ok && first != "" && !rt.top[first]
 }
 
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {

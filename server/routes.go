@@ -51,6 +51,7 @@ func New(cfg Config) http.Handler {
 	account := func(pattern string, h http.HandlerFunc) {
 		rt.account(pattern, s.instrument(pattern, h))
 	}
+	account("POST /{username}/{$}", s.accountBatch)
 	account("POST /{username}/accesses", s.accountAccessCreate)
 	account("GET /{username}/accesses", s.accountAccessesGet)
 	account("GET /{username}/access-info", s.accountAccessInfo)
