@@ -311,3 +311,34 @@ func TestAccountStreams(t *testing.T) {
 	require.Len(t, get(b.personal, nil, "default"), 3)
 	require.Len(t, get(b.personal, nil, "all"), 4)
 }
+
+// Every table, column and sequence of schema account says what it is (COMMENT ON), for DBAs
+// reading \d+.
+func TestAccountSchemaCommented(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.Tx(t)
+	var missing []string
+	rows, err := tx.Query(context.Background(), `
+		SELECT c.oid::regclass::text FROM pg_class c
+		WHERE c.relnamespace = 'account'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'S')
+		  AND obj_description(c.oid, 'pg_class') IS NULL
+		  AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('a', 'i')) -- identity sequences
+		UNION ALL
+		SELECT c.oid::regclass::text || '.' || a.attname FROM pg_class c
+		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+		WHERE c.relnamespace = 'account'::regnamespace AND c.relkind IN ('r', 'p')
+		  AND col_description(c.oid, a.attnum) IS NULL
+		UNION ALL
+		SELECT 'schema account' WHERE obj_description('account'::regnamespace, 'pg_namespace') IS NULL`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		missing = append(missing, s)
+	}
+	require.NoError(t, rows.Err())
+	require.Empty(t, missing, "objects of schema account without COMMENT ON")
+	var tables int
+	require.NoError(t, tx.QueryRow(context.Background(), `SELECT count(*) FROM pg_class WHERE relnamespace = 'account'::regnamespace AND relkind = 'r'`).Scan(&tables))
+	require.Equal(t, 10, tables)
+}
