@@ -39,11 +39,14 @@ func withMeta(body []byte, meta []byte) []byte {
 	return append(out, '}', '\n')
 }
 
-// metaWriter holds an answer back until the handler is done, then writes it with meta.
+// metaWriter holds an answer back until the handler is done, then writes it with meta. A handler
+// that streams a large answer flushes (http.NewResponseController(w).Flush()): from then on its
+// writes go straight out, and the handler writes meta itself (accountMeta) where its body ends.
 type metaWriter struct {
 	http.ResponseWriter
-	status int
-	body   bytes.Buffer
+	status    int
+	body      bytes.Buffer
+	streaming bool
 }
 
 func (w *metaWriter) WriteHeader(code int) {
@@ -56,11 +59,35 @@ func (w *metaWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	if w.streaming {
+		return w.ResponseWriter.Write(b)
+	}
 	return w.body.Write(b)
 }
 
+// Flush starts streaming: the header and what was written so far go out as they are.
+func (w *metaWriter) Flush() {
+	if !w.streaming {
+		w.streaming = true
+		if w.status == 0 {
+			w.status = http.StatusOK
+		}
+		w.Header().Set("API-Version", AccountAPIVersion)
+		w.ResponseWriter.WriteHeader(w.status)
+		_, _ = w.ResponseWriter.Write(w.body.Bytes())
+		w.body.Reset()
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (w *metaWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // finish writes the held answer: meta added to a JSON object, the API-Version header set.
 func (w *metaWriter) finish() {
+	if w.streaming {
+		return
+	}
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}

@@ -2,10 +2,14 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -96,4 +100,38 @@ func TestRouterTopLevelSegmentsReserved(t *testing.T) {
 			`SELECT EXISTS (SELECT FROM account.reserved_usernames WHERE username = $1)`, seg).Scan(&reserved))
 		require.True(t, reserved, "a user named %q would shadow Silo's routes /%s/...: add it to account.reserved_usernames in a migration", seg, seg)
 	}
+}
+
+// A streamed answer (a large series read) goes out as written once the handler flushes, with the
+// API-Version header; the handler writes meta where its body ends.
+func TestRouterAccountStreaming(t *testing.T) {
+	t.Parallel()
+	rt := newRouter(func(route string, h http.HandlerFunc) http.Handler { return h })
+	stream := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"points":[`)
+		require.NoError(t, http.NewResponseController(w).Flush())
+		_, _ = io.WriteString(w, `[1,2]],"meta":`)
+		_, _ = w.Write(accountMeta(time.Now()))
+		_, _ = io.WriteString(w, `}`)
+	}
+	srv := httptest.NewServer(rt)
+	t.Cleanup(srv.Close)
+	s := &server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(nil, nil)}
+	rt.account("GET /{username}/stream", s.instrument("GET /{username}/stream", stream))
+	resp, err := http.Get(srv.URL + "/alice/stream")
+	require.NoError(t, err)
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, AccountAPIVersion, resp.Header.Get("API-Version"))
+	var body struct {
+		Points [][]int
+		Meta   struct{ ServerTime float64 }
+	}
+	require.NoError(t, json.Unmarshal(raw, &body), string(raw))
+	require.Equal(t, [][]int{{1, 2}}, body.Points)
+	require.Positive(t, body.Meta.ServerTime)
+	require.Equal(t, 1, strings.Count(string(raw), `"meta"`))
 }
