@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -78,6 +80,12 @@ func (w *metaWriter) Flush() {
 		w.body.Reset()
 	}
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection over to a websocket (GET /{username}/ws): nothing is written after.
+func (w *metaWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.streaming = true
+	return http.NewResponseController(w.ResponseWriter).Hijack()
 }
 
 // Unwrap gives http.ResponseController the writer underneath.

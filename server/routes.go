@@ -62,6 +62,7 @@ func New(cfg Config) http.Handler {
 	account("GET /{username}/events/{id}", s.accountEventGet)
 	account("PUT /{username}/events/{id}", s.accountEventUpdate)
 	account("DELETE /{username}/events/{id}", s.accountEventDelete)
+	account("GET /{username}/ws", s.accountWS)
 
 	return rt
 }
