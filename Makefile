@@ -168,6 +168,8 @@ fuzz: deps build
 	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz 'FuzzProfileApply$$' -fuzztime $(FUZZTIME)
 	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzProfileApplyRequests -fuzztime $(FUZZTIME)
 	./$(SILO) tempdb -- $(GO) test ./server -run '^$$' -fuzz FuzzProfileUpdates -fuzztime $(FUZZTIME)
+	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzAccountEvent -fuzztime $(FUZZTIME)
+	$(GO) test ./server -run '^$$' -fuzz FuzzAccountEventsQuery -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin

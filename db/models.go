@@ -11,6 +11,28 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// Every access of every user, without its token hash: username, id (the access id the api.account_* functions take), type, name, device_name, created, created_by, deleted (NULL: live), permissions as Pryv's [{streamId, level}] ([] for a personal access).
+type APIAccountAccess struct {
+	Username    string      `json:"username"`
+	ID          string      `json:"id"`
+	Type        string      `json:"type"`
+	Name        string      `json:"name"`
+	DeviceName  *string     `json:"deviceName"`
+	Created     float64     `json:"created"`
+	CreatedBy   string      `json:"createdBy"`
+	Deleted     *float64    `json:"deleted"`
+	Permissions interface{} `json:"permissions"`
+}
+
+// Every user: username, created (seconds since the epoch), and how many live accesses, streams and events (trashed included) it has.
+type APIAccountUser struct {
+	Username string  `json:"username"`
+	Created  float64 `json:"created"`
+	Accesses int64   `json:"accesses"`
+	Streams  int64   `json:"streams"`
+	Events   int64   `json:"events"`
+}
+
 // Always empty: the row type of api.profile_apply_batch. ord: position of the message in the batch, from 1; status: ok (written), noop (nothing to change) or dead_letter (rejected); operation: the _operation (default _set; NULL when not a string); correlation_id: the profile the update addresses, after profile links (for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string); sqlstate and reason: why a message was rejected; dead_letter_id: its row in profile.dead_letters.
 type APIProfileApplyResult struct {
 	Ord           *int32  `json:"ord"`
@@ -137,6 +159,166 @@ type APIToken struct {
 	IsAdmin  bool       `json:"isAdmin"`
 	Created  time.Time  `json:"created"`
 	Revoked  *time.Time `json:"revoked"`
+}
+
+// Accesses (Pryv): the tokens of a user. A personal access has every right on the user's data; an app access has the permissions of account.permissions. Only the SHA-256 of the token is stored: the token is shown once, when the access is created.
+type AccountAccess struct {
+	// The access id (cuid-like), the author recorded in createdBy and modifiedBy; never the token.
+	ID string `json:"id"`
+	// The user whose data it opens (account.users).
+	UserID int64 `json:"userId"`
+	// personal (every right) or app (the permissions of account.permissions).
+	Type string `json:"type"`
+	// Name (Pryv: the app's name); unique per user, type and device name among live accesses.
+	Name string `json:"name"`
+	// Pryv's deviceName of an app access, or NULL.
+	DeviceName *string `json:"deviceName"`
+	// SHA-256 of the token (the token itself is never stored).
+	TokenHash []byte `json:"tokenHash"`
+	// Pryv's clientData: a JSON object, or NULL.
+	ClientData json.RawMessage `json:"clientData"`
+	// When created, seconds since the epoch.
+	Created float64 `json:"created"`
+	// The id of the access that created it (its own id for a personal access made by silo user create).
+	CreatedBy string `json:"createdBy"`
+	// When last modified, seconds since the epoch.
+	Modified float64 `json:"modified"`
+	// The id of the access that last modified it.
+	ModifiedBy string `json:"modifiedBy"`
+	// When deleted, seconds since the epoch; a deleted access authenticates no request. NULL: live.
+	Deleted *float64 `json:"deleted"`
+}
+
+// Events (Pryv): what happened at a time in one or more streams. A series holder event (type series:<class>/<format>) holds a high-frequency series instead of content: its content is made by the server (elementType, fields, required), and its duration, modified and modifiedBy follow the series' data. Deleted events leave account.event_deletions behind.
+type AccountEvent struct {
+	// The owner (account.users).
+	UserID int64 `json:"userId"`
+	// The event id, unique per user: cuid-like, given by the client (c and 24 lowercase letters, digits or dashes) or made by the server.
+	ID string `json:"id"`
+	// The streams it is in (Pryv's streamIds; streamId is the first). Reading it needs read on any of them; writing it, contribute on all.
+	StreamIds []string `json:"streamIds"`
+	// Pryv's type {class}/{format}, e.g. mass/kg; series:{class}/{format} for a series holder, whose type is one of account.series_types.
+	Type string `json:"type"`
+	// When it happened, seconds since the epoch (fractions allowed).
+	Time float64 `json:"time"`
+	// Seconds it lasted; NULL: a point in time. A series holder starts at 0 and grows with its data (the latest point's offset from time).
+	Duration *float64 `json:"duration"`
+	// The event's value (any JSON); for a series holder {elementType, fields, required}, made by the server and read-only.
+	Content json.RawMessage `json:"content"`
+	// Pryv's tags, or NULL.
+	Tags []string `json:"tags"`
+	// Free text, or NULL.
+	Description *string `json:"description"`
+	// Pryv's clientData: a JSON object, or NULL.
+	ClientData json.RawMessage `json:"clientData"`
+	// For a series holder: its series (from account.series_id_seq, never reused), the key of its points; NULL for other events.
+	SeriesID *int64 `json:"seriesId"`
+	// Trashed: the first DELETE trashes, the second deletes.
+	Trashed bool `json:"trashed"`
+	// When created, seconds since the epoch.
+	Created float64 `json:"created"`
+	// The id of the access that created it.
+	CreatedBy string `json:"createdBy"`
+	// When last modified, seconds since the epoch.
+	Modified float64 `json:"modified"`
+	// The id of the access that last modified it (for a series holder, the author of the latest data once the metadata is updated).
+	ModifiedBy string `json:"modifiedBy"`
+}
+
+// Events deleted for good (Pryv's itemDeletion {id, deleted}): the second DELETE removes the event row and leaves this. Creating an event with the same id again removes it.
+type AccountEventDeletion struct {
+	// The owner (account.users).
+	UserID int64 `json:"userId"`
+	// The id of the deleted event.
+	ID string `json:"id"`
+	// When it was deleted, seconds since the epoch.
+	Deleted float64 `json:"deleted"`
+}
+
+// The stream permissions of app accesses (Pryv's permissions [{streamId, level}]). A permission covers the stream and its descendants; the permission on the nearest stream up the tree wins, * (every stream) last. read: read events and streams; contribute: read, create, update and delete events; manage: contribute, create streams and create app accesses no wider than its own; create-only: create events (and add series points) without reading them.
+type AccountPermission struct {
+	// The app access (account.accesses).
+	AccessID string `json:"accessId"`
+	// The stream it covers with its descendants, or * for every stream.
+	StreamID string `json:"streamId"`
+	// read, contribute, manage or create-only.
+	Level string `json:"level"`
+}
+
+// Names no user may take: the first path segments of Silo's own routes (a user of that name would shadow them, or they it) and a few names kept for later ones. A test checks that every top-level route of the HTTP API is listed here.
+type AccountReservedUsername struct {
+	// The reserved name, lowercase.
+	Username string `json:"username"`
+	// Why it is reserved: which route uses it.
+	Reason string `json:"reason"`
+}
+
+// Series whose holder event is gone (deleted for good, or with its user): their points are to be removed, off the request path (seed 001: the series storage is identified by an id unrelated to the event id and deleted later). Filled by the delete trigger of account.events; the series storage removes a series' points, then its row.
+type AccountSeriesDeletion struct {
+	// The series (account.events.series_id of the deleted holder).
+	SeriesID int64 `json:"seriesId"`
+	// The user it belonged to (account.users.id; the user may be gone too).
+	UserID int64 `json:"userId"`
+	// The id of the deleted holder event, for the record.
+	EventID string `json:"eventId"`
+	// When the holder was deleted, seconds since the epoch.
+	Deleted float64 `json:"deleted"`
+}
+
+// The types a series holder event may have (as series:{type}): the types of Pryv's public catalogue (pryv/data-types, flat.json version 0.3.0, as Pryv's service-core ships it in event-types.default.json) whose values are a number, a string or a boolean, or an object of such properties: 321 of its 334 types. Left out: types without content (activity/plain), attachments, numset/*, and objects with nested objects or arrays (audiogram/data, audit-log/*, clinical/fhir, message/email, message/facebook). A DBA may add types with their fields.
+type AccountSeriesType struct {
+	// The type, {class}/{format}, e.g. mass/kg.
+	Type string `json:"type"`
+	// The catalogue's description.
+	Description string `json:"description"`
+}
+
+// The fields of each series type, the columns of its points besides the time: value for a single-value type (mass/kg), the top-level properties of an object type (position/wgs84: latitude and longitude required, altitude, horizontalAccuracy, verticalAccuracy, speed, bearing optional).
+type AccountSeriesTypeField struct {
+	// The series type (account.series_types).
+	Type string `json:"type"`
+	// Order of the field in the type, from 1 (the catalogue's order).
+	Position int16 `json:"position"`
+	// The field name as points name it (never deltaTime or timestamp, the time columns).
+	Field string `json:"field"`
+	// The JSON type of its values: number, integer, string or boolean.
+	Kind string `json:"kind"`
+	// Whether every point must have a non-null value for it.
+	Required bool `json:"required"`
+}
+
+// Streams (Pryv): each user's tree of contexts that events are filed in. A permission on a stream covers its descendants.
+type AccountStream struct {
+	// The owner (account.users).
+	UserID int64 `json:"userId"`
+	// The stream id, unique per user: 1 to 100 lowercase letters, digits and dashes (Pryv's rule for new streams); made from the name when not given.
+	ID string `json:"id"`
+	// Display name, unique among siblings.
+	Name string `json:"name"`
+	// The parent stream; NULL for a root stream.
+	ParentID *string `json:"parentId"`
+	// Pryv's clientData: a JSON object the client keeps with the stream, or NULL.
+	ClientData json.RawMessage `json:"clientData"`
+	// Trashed (Pryv's soft delete).
+	Trashed bool `json:"trashed"`
+	// When created, seconds since the epoch.
+	Created float64 `json:"created"`
+	// The id of the access that created it.
+	CreatedBy string `json:"createdBy"`
+	// When last modified, seconds since the epoch.
+	Modified float64 `json:"modified"`
+	// The id of the access that last modified it.
+	ModifiedBy string `json:"modifiedBy"`
+}
+
+// Users (Pryv accounts). Each owns its streams, accesses and events; its routes are /{username}/... . Created by api.account_user_create (silo user create).
+type AccountUser struct {
+	// Internal key, referenced by every table of the account.
+	ID int64 `json:"id"`
+	// Pryv's username rule: 5 to 60 lowercase letters, digits and dashes, starting and ending with a letter or digit. Never one of account.reserved_usernames.
+	Username string `json:"username"`
+	// When the user was created, seconds since the epoch.
+	Created float64 `json:"created"`
 }
 
 // Registered belts (api.belt_create, api.belt_update, api.belt_delete; HTTP /belts). Each is the event consumer consumer_id, whose event types it processes. The retry and timeout columns are the settings Granary users gave in extraEnv, parsed from extra_env when the belt is written.

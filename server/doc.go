@@ -6,7 +6,12 @@
 //
 //	routes.go                      New: the route table
 //	profile.go, profile_updater.go, the handlers, one domain each (<domain>*.go)
-//	change_ws.go, health.go
+//	change_ws.go, health.go,
+//	account_batch.go               Pryv's batch call (POST /{username}/)
+//	account.go, account_ws.go
+//	router.go                      Silo's own routes and the account routes (/{username}/...)
+//	                               on two muxes, and the JSON 404 and 405
+//	account_meta.go                Pryv's meta on every answer of the account routes
 //	middleware.go                  request logging, metrics and panics (instrument)
 //	auth.go                        token → identity (api.token_authenticate), writer and admin checks
 //	respond.go                     reading bodies and parameters, JSON answers, fail

@@ -24,6 +24,9 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Unwrap gives http.ResponseController the writer underneath (Flush for a streamed answer).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // Hijack hands the connection over to the websocket endpoint.
 func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if w.status == 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -34,13 +33,13 @@ func New(cfg Config) http.Handler {
 		return s.q.ProfileEnqueueRequests(ctx, db.ProfileEnqueueRequestsParams{Requests: requests, Priority: priority})
 	}, func(r db.ProfileEnqueueRequestsRow) int32 { return r.Request })
 
-	mux := http.NewServeMux()
+	rt := newRouter(s.instrument)
 	route := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.instrument(pattern, h))
+		rt.handle(pattern, s.instrument(pattern, h))
 	}
 	route("GET /healthz", s.healthz)
 	route("GET /readyz", s.readyz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
+	rt.handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	route("POST /profile-updates", s.profileUpdates)
 	route("GET /profiles/{profileType}/{correlationId}", s.profileGet)
 	route("GET /profiles/{profileType}/{correlationId}/grain/{path...}", s.profileGrainGet)
@@ -55,48 +54,22 @@ func New(cfg Config) http.Handler {
 	route("GET /belts/{id}/state", s.beltStateGet)
 	route("POST /belts/{id}/state", s.beltStateSet)
 
-	// No catch-all route: one would match every request and hide the mux's own answer for a path
-	// that exists for other methods only (405 with Allow). A request no route serves gets the mux's
-	// answer (404, 405, or a redirect to the cleaned path) with the JSON error body.
-	unmatched := s.instrument("unmatched", func(w http.ResponseWriter, r *http.Request) {
-		mux.ServeHTTP(&jsonMiss{ResponseWriter: w, r: r}, r)
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pattern := mux.Handler(r); pattern == "" {
-			unmatched.ServeHTTP(w, r)
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
-}
-
-// jsonMiss writes the mux's 404 and 405 as Silo's JSON errors (the 405 keeps the mux's Allow
-// header) and passes anything else through.
-type jsonMiss struct {
-	http.ResponseWriter
-	r       *http.Request
-	written bool // the JSON error is written: the mux's plain text body is dropped
-}
-
-func (w *jsonMiss) WriteHeader(code int) {
-	switch code {
-	case http.StatusNotFound:
-		w.written = true
-		writeError(w.ResponseWriter, code, "unknown-resource", "no route for "+w.r.Method+" "+w.r.URL.Path, nil)
-	case http.StatusMethodNotAllowed:
-		w.written = true
-		allow := w.Header().Get("Allow")
-		writeError(w.ResponseWriter, code, "method-not-allowed",
-			w.r.URL.Path+" does not answer "+w.r.Method+": allowed are "+allow,
-			map[string]any{"allow": strings.Split(allow, ", ")})
-	default:
-		w.ResponseWriter.WriteHeader(code)
+	// Accounts in Pryv's model, under /{username}/: a mux of their own (router.go says why).
+	account := func(pattern string, h http.HandlerFunc) {
+		rt.account(pattern, s.instrument(pattern, h))
 	}
-}
+	account("POST /{username}/{$}", s.accountBatch)
+	account("POST /{username}/accesses", s.accountAccessCreate)
+	account("GET /{username}/accesses", s.accountAccessesGet)
+	account("GET /{username}/access-info", s.accountAccessInfo)
+	account("POST /{username}/streams", s.accountStreamCreate)
+	account("GET /{username}/streams", s.accountStreamsGet)
+	account("POST /{username}/events", s.accountEventCreate)
+	account("GET /{username}/events", s.accountEventsGet)
+	account("GET /{username}/events/{id}", s.accountEventGet)
+	account("PUT /{username}/events/{id}", s.accountEventUpdate)
+	account("DELETE /{username}/events/{id}", s.accountEventDelete)
+	account("GET /{username}/ws", s.accountWS)
 
-func (w *jsonMiss) Write(b []byte) (int, error) {
-	if w.written {
-		return len(b), nil
-	}
-	return w.ResponseWriter.Write(b)
+	return rt
 }

@@ -98,6 +98,8 @@ func TestHelp(t *testing.T) {
 		{[]string{"token", "--help"}, []string{"Usage: silo token", "silo token create", "silo token revoke"}},
 		{[]string{"token", "create", "--help"}, []string{"Usage: silo token create", "--name", "--roles", "--write", "--admin", "DATABASE_URL"}},
 		{[]string{"token", "revoke", "-h"}, []string{"Usage: silo token revoke", "--name", "DATABASE_URL"}},
+		{[]string{"user", "--help"}, []string{"Usage: silo user", "silo user create"}},
+		{[]string{"user", "create", "--help"}, []string{"Usage: silo user create", "--access-name", "USERNAME", "DATABASE_URL"}},
 		{[]string{"psql", "--help"}, []string{"Usage: silo psql", "DATABASE_URL", "SILO_DATA_DIR"}},
 		{[]string{"psql", "-c", "select 1", "-h"}, []string{"Usage: silo psql"}},
 		{[]string{"tempdb", "--help"}, []string{"Usage: silo tempdb", "SILO_TEST_DATABASE_URL", "SILO_TEMPDB_DURABLE", "SILO_PG_BIN"}},
@@ -124,7 +126,7 @@ func TestHelp(t *testing.T) {
 		r := runSilo(t, bin, env, 10*time.Second, args...)
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Empty(t, r.stderr)
-		for _, c := range []string{"up", "migrate", "serve", "work", "token create", "token revoke", "psql", "tempdb", "version"} {
+		for _, c := range []string{"up", "migrate", "serve", "work", "token create", "token revoke", "user create", "psql", "tempdb", "version"} {
 			require.Contains(t, r.stdout, "  "+strings.SplitN(c, " ", 2)[0]+" ", "%v lists %s", args, c)
 			require.Contains(t, r.stdout, c)
 		}
@@ -149,6 +151,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"token", "frob"}, `unknown command "token frob"`, "Usage: silo token"},
 		{[]string{"token", "create"}, "--name is required", "Usage: silo token create"},
 		{[]string{"token", "revoke", "--name", "x", "--admin"}, "flag provided but not defined: -admin", "Usage: silo token revoke"},
+		{[]string{"user"}, "user needs a command", "Usage: silo user"},
+		{[]string{"user", "frob"}, `unknown command "user frob"`, "Usage: silo user"},
+		{[]string{"user", "create"}, "user create needs one USERNAME", "Usage: silo user create"},
+		{[]string{"user", "create", "alice", "bob"}, "user create needs one USERNAME", "Usage: silo user create"},
 		{[]string{"tempdb"}, "tempdb needs a command", "Usage: silo tempdb"},
 		{[]string{"tempdb", "--bogus", "true"}, "flag provided but not defined: -bogus", "Usage: silo tempdb"},
 		{[]string{"help", "frob"}, `unknown command "frob"`, "Usage: silo help"},

@@ -136,6 +136,8 @@ func dispatch(args []string, stdout io.Writer) error {
 		})
 	case cmdToken:
 		return cmdTokenRun(rest, stdout)
+	case cmdUser:
+		return cmdUserRun(rest, stdout)
 	case cmdPsql:
 		psqlArgs, help := psqlArgs(rest)
 		if help {
@@ -301,6 +303,40 @@ func cmdTokenRun(args []string, stdout io.Writer) error {
 				CanWrite: fs.Lookup("write").Value.String() == "true",
 				IsAdmin:  fs.Lookup("admin").Value.String() == "true",
 			})
+			if err != nil {
+				return describe(err)
+			}
+			fmt.Fprintln(stdout, row.Token)
+			return nil
+		})
+	})
+}
+
+func cmdUserRun(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return &usageError{cmd: cmdUser, msg: "user needs a command: create"}
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		fmt.Fprint(stdout, cmdUser.usage())
+		return nil
+	}
+	cmd := cmdUser.sub(args[0])
+	if cmd == nil {
+		return &usageError{cmd: cmdUser, msg: fmt.Sprintf("unknown command %q", "user "+args[0])}
+	}
+	fs, help, err := parse(cmd, args[1:], stdout, true)
+	if help || err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return &usageError{cmd: cmd, msg: "user create needs one USERNAME"}
+	}
+	username := fs.Arg(0)
+	return withEnv(cmd, func(ctx context.Context, cfg config, logger *slog.Logger) error {
+		return withDatabase(ctx, cfg, logger, false, func(pool *pgxpool.Pool, _ string) error {
+			row, err := db.New(pool).AccountUserCreate(ctx, db.AccountUserCreateParams{
+				Username: username, AccessName: fs.Lookup("access-name").Value.String()})
 			if err != nil {
 				return describe(err)
 			}

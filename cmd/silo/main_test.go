@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -127,6 +128,45 @@ func TestCommands(t *testing.T) {
 		// Nothing left running on that data directory.
 		_, err = os.Stat(filepath.Join(base, "data", "pg", "data", "postmaster.pid"))
 		require.True(t, os.IsNotExist(err), "postmaster.pid left behind: server still running")
+	})
+
+	t.Run("user create prints the personal token of a new user", func(t *testing.T) {
+		env := append(os.Environ(), "DATABASE_URL="+dbtest.URL(t))
+		run := func(args ...string) (string, string, int) {
+			cmd := exec.Command(bin, args...)
+			cmd.Env = env
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			code := 0
+			var exitErr *exec.ExitError
+			if errors.As(err, &exitErr) {
+				code = exitErr.ExitCode()
+			} else {
+				require.NoError(t, err)
+			}
+			return stdout.String(), stderr.String(), code
+		}
+		_, stderr, code := run("migrate")
+		require.Equal(t, 0, code, stderr)
+		out, stderr, code := run("user", "create", "--access-name", "cli", "alice")
+		require.Equal(t, 0, code, stderr)
+		token := strings.TrimSpace(out)
+		require.Regexp(t, `^c[0-9a-f]{64}$`, token)
+		out, stderr, code = run("psql", "-XAtc", "SELECT a.access_type || ' ' || x.name FROM api.account_authenticate('alice', '"+token+"') a JOIN api.account_accesses x ON x.id = a.access_id")
+		require.Equal(t, 0, code, stderr)
+		require.Equal(t, "personal cli", strings.TrimSpace(out))
+
+		for _, tc := range []struct{ name, msg string }{
+			{"alice", `user "alice" already exists`},
+			{"events", "reserved"},
+			{"Bob", "a username is 5 to 60 lowercase letters"},
+		} {
+			out, stderr, code := run("user", "create", tc.name)
+			require.Equal(t, 1, code, tc.name)
+			require.Empty(t, out, tc.name)
+			require.Contains(t, stderr, tc.msg, tc.name)
+		}
 	})
 
 	t.Run("version and unknown commands", func(t *testing.T) {

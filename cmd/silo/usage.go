@@ -127,6 +127,26 @@ run against one database.
 		env:      dbEnv,
 		subs:     []*command{cmdTokenCreate, cmdTokenRevoke},
 	}
+	cmdUserCreate = &command{
+		name: "user create", summary: "create a user (Pryv account) and print its personal token",
+		synopsis: "silo user create [--access-name NAME] USERNAME",
+		about: `Creates a user, whose API endpoint is http://{token}@{host}/{username}/ (Pryv's routes:
+accesses, streams, events), with a personal access (every right on the user's data), and prints
+the personal access token (only its hash is stored: it cannot be shown again). A username is 5
+to 60 lowercase letters, digits and dashes, starting and ending with a letter or digit, and not
+the first segment of one of Silo's own routes (profiles, events, ws, ...).`,
+		env: dbEnv,
+		flags: func(fs *flag.FlagSet) {
+			fs.String("access-name", "silo", "`name` of the personal access")
+		},
+	}
+	cmdUser = &command{
+		name: "user", summary: "create users (Pryv accounts)",
+		synopsis: "silo user create [FLAGS] USERNAME",
+		about:    "Manages users: Pryv accounts with streams, accesses and events under /{username}/.",
+		env:      dbEnv,
+		subs:     []*command{cmdUserCreate},
+	}
 	cmdPsql = &command{
 		name: "psql", summary: "psql on the configured or embedded database",
 		synopsis: "silo psql [--] [PSQL ARGS...]",
@@ -154,7 +174,7 @@ was built from, its time, and "dirty" when the work tree had changes. silo --ver
 		synopsis: "silo help [COMMAND [SUBCOMMAND]]",
 		about:    "Lists the commands, or prints the usage of one (as silo COMMAND --help does).",
 	}
-	commands = []*command{cmdUp, cmdMigrate, cmdServe, cmdWork, cmdToken, cmdPsql, cmdTempDB, cmdVersion, cmdHelp}
+	commands = []*command{cmdUp, cmdMigrate, cmdServe, cmdWork, cmdToken, cmdUser, cmdPsql, cmdTempDB, cmdVersion, cmdHelp}
 )
 
 func findCommand(name string) *command {

@@ -52,6 +52,10 @@
 --   {"belt_id", "status"}: RUNNING, STOPPED, FAILED, or DELETED), published by the belt registry
 --   (sql/belt/02_registry.sql); kind dead_letter, an event a belt dead-lettered (payload its ids);
 --   readers {} (admins only).
+-- * account:{username}:events: kinds created, updated, trashed (a first DELETE) and deleted (the
+--   second); payload {"id"}, the event id; readers {account:{username}}, the reader role of that
+--   user's accesses (sql/account/08_change.sql). account:{username}:streams: kind created, payload
+--   {"id"}, the stream id, same readers.
 -- * Any other channel a domain or a DBA publishes with api.change_publish or change_private.outbox,
 --   named {namespace}:{name} (ops:deploy, reports:daily).
 --
