@@ -47,6 +47,7 @@ func New(cfg Config) http.Handler {
 	route("GET /dead-letters", s.deadLetterList)
 	route("POST /dead-letters/{id}/replay", s.deadLetterReplay)
 	route("GET /ws", s.changeWS)
+	events := s.eventRoutes(route) // paths under /events/ are the event store's (server/event.go)
 
 	// No catch-all route: one would match every request and hide the mux's own answer for a path
 	// that exists for other methods only (405 with Allow). A request no route serves gets the mux's
@@ -55,6 +56,10 @@ func New(cfg Config) http.Handler {
 		mux.ServeHTTP(&jsonMiss{ResponseWriter: w, r: r}, r)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/events/") {
+			events.ServeHTTP(w, r)
+			return
+		}
 		if _, pattern := mux.Handler(r); pattern == "" {
 			unmatched.ServeHTTP(w, r)
 			return
