@@ -150,6 +150,8 @@ fuzz: deps build
 	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz 'FuzzProfileApply$$' -fuzztime $(FUZZTIME)
 	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzProfileApplyRequests -fuzztime $(FUZZTIME)
 	./$(SILO) tempdb -- $(GO) test ./server -run '^$$' -fuzz FuzzProfileUpdates -fuzztime $(FUZZTIME)
+	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzEventIngest -fuzztime $(FUZZTIME)
+	./$(SILO) tempdb -- $(GO) test ./server -run '^$$' -fuzz FuzzEventBody -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/silo-db/silo/server"
 )
 
 func evJSON(id, typ, cid string, ts int64, payload string) string {
@@ -236,5 +238,50 @@ func TestEventRoutesBesidePerUserRoutes(t *testing.T) {
 		m := http.NewServeMux()
 		m.HandleFunc("GET /{username}/events", h)
 		m.HandleFunc("GET /events/{correlationId}", h)
+	})
+}
+
+// FuzzEventBody feeds arbitrary bodies to POST /events' reader. A body it takes is valid JSON for
+// PostgreSQL: one object or array as sent, or an array with one element per non-blank NDJSON
+// line, whose unreadable lines are null placeholders listed with their reasons.
+//
+//	go test ./server/ -run '^$' -fuzz FuzzEventBody -fuzztime 60s
+func FuzzEventBody(f *testing.F) {
+	for _, s := range []string{
+		`{"event_headers": {}, "event_payload": 1}`,
+		`[{"event_headers": {}, "event_payload": 1}, 2]`,
+		"{\"a\": 1}\n\n{bad\r\n[1]\n",
+		"{\"a\": \"\\u0000\"}\n{\"b\": \"\\\\u0000\"}",
+		"{\"a\": \"\xff\"}\n{}",
+		"",
+	} {
+		f.Add("", []byte(s))
+		f.Add("application/x-ndjson", []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, ct string, body []byte) {
+		events, invalid, n, err := server.EventBody(ct, body)
+		if err != nil {
+			require.Nil(t, events)
+			return
+		}
+		require.True(t, json.Valid(events), "%q", events)
+		var elems []json.RawMessage
+		if n < 0 {
+			require.Nil(t, invalid)
+			return
+		}
+		require.NoError(t, json.Unmarshal(events, &elems))
+		require.Len(t, elems, n)
+		if invalid == nil {
+			return
+		}
+		var bad map[string]string
+		require.NoError(t, json.Unmarshal(invalid, &bad))
+		for k := range bad {
+			var i int
+			_, err := fmt.Sscan(k, &i)
+			require.NoError(t, err)
+			require.Equal(t, "null", string(elems[i-1]))
+		}
 	})
 }
