@@ -32,11 +32,11 @@ CREATE TYPE event_private.ingested AS (
 COMMENT ON TYPE event_private.ingested IS
     'The answer for one event of an ingest: ord (its position, from 1), status (stored, duplicate or refused), event_id (its grnry-event-id when it has a valid one), first_stored (when an event with its id was first stored: now for stored), sqlstate and reason (why it was refused).';
 
--- An inlinable check of a key-like header: the profile store's rules for ids (a non-empty
+-- The reason a key-like header is invalid: the profile store's rules for ids (a non-empty
 -- string) with a length limit, in characters or bytes.
 CREATE FUNCTION event_private.header_problem(p_name text, p_value jsonb, p_max integer, p_bytes boolean)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE
         WHEN p_value IS NULL OR p_value = 'null' THEN p_name || ' is required'
@@ -79,12 +79,23 @@ AS $$
 DECLARE
     v_consumers boolean := EXISTS (SELECT FROM event.consumers);
     v_res       event_private.ingested[];
+    v_nestloop  text;
+    v_jit       text;
 BEGIN
     IF p_events IS NULL OR jsonb_typeof(p_events) NOT IN ('object', 'array') THEN
         RAISE EXCEPTION 'events must be a JSON object (one event) or an array of events'
             USING ERRCODE = 'SLINV', DETAIL = format('got %s', coalesce(jsonb_typeof(p_events), 'NULL'));
     END IF;
 
+    -- OFFSET 0 keeps each level's fields computed once, not again at every use above it.
+    --
+    -- The planner cannot count the rows of the CTEs below and would join them in nested loops
+    -- (a thousand events: a million comparisons); hash joins it is, for this statement. Without
+    -- JIT: the cost of the nested loops it is told to avoid would make it compile the statement
+    -- (seconds) at every call.
+    v_nestloop := current_setting('enable_nestloop');
+    v_jit := current_setting('jit');
+    PERFORM set_config('enable_nestloop', 'off', true), set_config('jit', 'off', true);
     WITH src AS MATERIALIZED (
         SELECT c.ord, c.eid, c.p_id, c.etype, c.cid, c.harvester, c.version, c.headers, c.payload,
                coalesce(c.at, now()) AS at,
@@ -105,15 +116,22 @@ BEGIN
                END AS problem
         FROM (
             SELECT b.*,
-                   event_private.header_problem('grnry-event-id', b.j_id, 255, false) AS p_id,
-                   event_private.header_problem('grnry-event-type', b.j_type, 255, false) AS p_type,
-                   event_private.header_problem('grnry-correlation-id', b.j_cid, 512, true) AS p_cid,
+                   -- The usual valid header is told by cheap tests; only a broken one costs a call.
+                   CASE WHEN jsonb_typeof(b.j_id) = 'string' AND length(b.j_id #>> '{}') BETWEEN 1 AND 255 THEN NULL
+                        ELSE event_private.header_problem('grnry-event-id', b.j_id, 255, false) END AS p_id,
+                   CASE WHEN jsonb_typeof(b.j_type) = 'string' AND length(b.j_type #>> '{}') BETWEEN 1 AND 255 THEN NULL
+                        ELSE event_private.header_problem('grnry-event-type', b.j_type, 255, false) END AS p_type,
+                   CASE WHEN jsonb_typeof(b.j_cid) = 'string' AND octet_length(b.j_cid #>> '{}') BETWEEN 1 AND 512 THEN NULL
+                        ELSE event_private.header_problem('grnry-correlation-id', b.j_cid, 512, true) END AS p_cid,
                    CASE WHEN jsonb_typeof(b.j_id) = 'string' THEN b.j_id #>> '{}' END AS eid,
                    CASE WHEN jsonb_typeof(b.j_type) = 'string' THEN b.j_type #>> '{}' END AS etype,
                    CASE WHEN jsonb_typeof(b.j_cid) = 'string' THEN b.j_cid #>> '{}' END AS cid,
                    CASE WHEN jsonb_typeof(b.j_harvester) = 'string' THEN b.j_harvester #>> '{}' END AS harvester,
                    CASE WHEN jsonb_typeof(b.j_version) = 'string' THEN b.j_version #>> '{}' END AS version,
-                   CASE WHEN b.j_ts IS NOT NULL AND b.j_ts <> 'null' THEN event_private.timestamp_of(b.j_ts) END AS at
+                   CASE WHEN b.j_ts IS NULL OR b.j_ts = 'null' THEN NULL
+                        WHEN jsonb_typeof(b.j_ts) = 'string' AND (b.j_ts #>> '{}') ~ '^\d{1,15}$' AND (b.j_ts #>> '{}')::bigint <= 253402300799999
+                            THEN timestamptz 'epoch' + (b.j_ts #>> '{}')::bigint * interval '1 millisecond'
+                        ELSE event_private.timestamp_of(b.j_ts) END AS at
             FROM (
                 SELECT a.ord, a.m, a.is_obj, a.bad, a.headers, a.payload,
                        a.headers -> 'grnry-event-id' AS j_id, a.headers -> 'grnry-event-type' AS j_type,
@@ -126,8 +144,11 @@ BEGIN
                            CASE WHEN jsonb_typeof(e.m) = 'object' THEN e.m -> 'event_payload' END AS payload
                     FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_events) = 'array' THEN p_events
                                                    ELSE jsonb_build_array(p_events) END) WITH ORDINALITY AS e(m, ord)
+                    OFFSET 0
                 ) a
+                OFFSET 0
             ) b
+            OFFSET 0
         ) c
     ), valid AS MATERIALIZED (
         -- The first event of each id (in the order of the call) is the one that may be stored.
@@ -170,6 +191,7 @@ BEGIN
     INTO v_res
     FROM src s
     LEFT JOIN stored st ON st.ord = s.ord;
+    PERFORM set_config('enable_nestloop', v_nestloop, true), set_config('jit', v_jit, true);
 
     -- When the duplicates were first stored: a new statement, which sees the rows of the
     -- concurrent calls that ON CONFLICT waited for.
@@ -222,32 +244,48 @@ DECLARE
     v_bad    jsonb;
     v_req_of integer[];
     v_ord_in integer[];
+    v_one    integer;
     v_res    api.event_ingest_results[];
 BEGIN
     v_claims := idempotency_private.claim_requests(p_requests, 'POST /events', 'events', '{object,array}');
 
     -- The events of the requests to apply, one ingest in request order; the unreadable ones of
-    -- each request ("invalid": {"<ord>": "<reason>"}) renumbered to the call's positions.
-    SELECT jsonb_agg(u.m ORDER BY u.g), array_agg(u.request ORDER BY u.g),
-           array_agg(u.n::integer ORDER BY u.g),
-           jsonb_object_agg(u.g::text, u.inv ->> u.n::text) FILTER (WHERE u.inv ? u.n::text)
-    INTO v_events, v_req_of, v_ord_in, v_bad
-    FROM (
-        SELECT c.request, x.m, x.n, row_number() OVER (ORDER BY c.request, x.n) AS g,
+    -- each request ("invalid": {"<ord>": "<reason>"}) renumbered to the call's positions. One
+    -- request to apply (a large body is a call of its own): its events as they are, not copied
+    -- into a new array.
+    IF (SELECT count(*) FROM unnest(v_claims) AS c WHERE c.outcome IN ('fresh', 'new')) = 1 THEN
+        SELECT c.request, c.body,
                CASE WHEN jsonb_typeof(p_requests -> (c.request - 1) -> 'invalid') = 'object'
-                    THEN p_requests -> (c.request - 1) -> 'invalid' END AS inv
-        FROM unnest(v_claims) AS c
-        CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(c.body) = 'object'
-                                                     THEN jsonb_build_array(c.body) ELSE c.body END)
-                           WITH ORDINALITY AS x(m, n)
-        WHERE c.outcome IN ('fresh', 'new')
-    ) u;
-
-    IF v_events IS NOT NULL THEN
+                    THEN p_requests -> (c.request - 1) -> 'invalid' END
+        INTO v_one, v_events, v_bad
+        FROM unnest(v_claims) AS c WHERE c.outcome IN ('fresh', 'new');
         v_res := ARRAY(
-            SELECT ROW(v_req_of[i.ord], v_ord_in[i.ord], i.status, i.event_id, i.first_stored, i.sqlstate,
-                       i.reason, false)::api.event_ingest_results
+            SELECT ROW(v_one, i.ord, i.status, i.event_id, i.first_stored, i.sqlstate, i.reason, false)::api.event_ingest_results
             FROM event_private.ingest(v_events, v_bad) AS i);
+        v_events := NULL;
+    ELSE
+        SELECT jsonb_agg(u.m ORDER BY u.g), array_agg(u.request ORDER BY u.g),
+               array_agg(u.n::integer ORDER BY u.g),
+               jsonb_object_agg(u.g::text, u.inv ->> u.n::text) FILTER (WHERE u.inv ? u.n::text)
+        INTO v_events, v_req_of, v_ord_in, v_bad
+        FROM (
+            SELECT c.request, x.m, x.n, row_number() OVER (ORDER BY c.request, x.n) AS g, c.inv
+            FROM (SELECT c.request, c.body,
+                         CASE WHEN jsonb_typeof(p_requests -> (c.request - 1) -> 'invalid') = 'object'
+                              THEN p_requests -> (c.request - 1) -> 'invalid' END AS inv
+                  FROM unnest(v_claims) AS c
+                  WHERE c.outcome IN ('fresh', 'new')) c
+            CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(c.body) = 'object'
+                                                         THEN jsonb_build_array(c.body) ELSE c.body END)
+                               WITH ORDINALITY AS x(m, n)
+        ) u;
+
+        IF v_events IS NOT NULL THEN
+            v_res := ARRAY(
+                SELECT ROW(v_req_of[i.ord], v_ord_in[i.ord], i.status, i.event_id, i.first_stored, i.sqlstate,
+                           i.reason, false)::api.event_ingest_results
+                FROM event_private.ingest(v_events, v_bad) AS i);
+        END IF;
     END IF;
 
     IF EXISTS (SELECT FROM unnest(v_claims) AS c WHERE c.outcome IN ('new', 'repeat')) THEN
