@@ -72,30 +72,28 @@ COMMENT ON FUNCTION event_private.timestamp_of(jsonb) IS
 
 -- p_bad: an object {"<ord>": "<reason>"} of events that could not be read (an NDJSON line that is
 -- no JSON): their elements of p_events are placeholders, refused with the reason.
+--
+-- The settings: OFFSET 0 keeps each level of the parse computed once, not again at every use
+-- above it, but the planner cannot count the rows of the CTEs and would join them in nested loops
+-- (a thousand events: a million comparisons): hash joins it is. Without JIT: the cost of the
+-- nested loops it is told to avoid would make it compile the statement (seconds) at every call.
+-- One generic plan per connection: planning the statement costs as much as a hundred events.
 CREATE FUNCTION event_private.ingest(p_events jsonb, p_bad jsonb DEFAULT NULL)
 RETURNS SETOF event_private.ingested
 LANGUAGE plpgsql VOLATILE
+SET enable_nestloop = off
+SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_consumers boolean := EXISTS (SELECT FROM event.consumers);
     v_res       event_private.ingested[];
-    v_nestloop  text;
-    v_jit       text;
 BEGIN
     IF p_events IS NULL OR jsonb_typeof(p_events) NOT IN ('object', 'array') THEN
         RAISE EXCEPTION 'events must be a JSON object (one event) or an array of events'
             USING ERRCODE = 'SLINV', DETAIL = format('got %s', coalesce(jsonb_typeof(p_events), 'NULL'));
     END IF;
 
-    -- OFFSET 0 keeps each level's fields computed once, not again at every use above it.
-    --
-    -- The planner cannot count the rows of the CTEs below and would join them in nested loops
-    -- (a thousand events: a million comparisons); hash joins it is, for this statement. Without
-    -- JIT: the cost of the nested loops it is told to avoid would make it compile the statement
-    -- (seconds) at every call.
-    v_nestloop := current_setting('enable_nestloop');
-    v_jit := current_setting('jit');
-    PERFORM set_config('enable_nestloop', 'off', true), set_config('jit', 'off', true);
     WITH src AS MATERIALIZED (
         SELECT c.ord, c.eid, c.p_id, c.etype, c.cid, c.harvester, c.version, c.headers, c.payload,
                coalesce(c.at, now()) AS at,
@@ -191,7 +189,6 @@ BEGIN
     INTO v_res
     FROM src s
     LEFT JOIN stored st ON st.ord = s.ord;
-    PERFORM set_config('enable_nestloop', v_nestloop, true), set_config('jit', v_jit, true);
 
     -- When the duplicates were first stored: a new statement, which sees the rows of the
     -- concurrent calls that ON CONFLICT waited for.
