@@ -110,7 +110,7 @@ func (s *server) eventIngest(w http.ResponseWriter, r *http.Request, join *joine
 	case refused > 0:
 		status = http.StatusMultiStatus
 	}
-	writeJSON(w, status, out)
+	writeEventJSON(w, status, out)
 }
 
 // eventDoc is one event in the answers of the reads (Granary's shape, plus correlationId,
@@ -129,6 +129,15 @@ type eventDoc struct {
 type eventMessage struct {
 	Headers json.RawMessage `json:"event_headers"`
 	Payload json.RawMessage `json:"event_payload"`
+}
+
+// writeEventJSON is writeJSON without HTML escaping: the links' & stay & (Granary's answers).
+func writeEventJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }
 
 func href(u string) map[string]string { return map[string]string{"href": u} }
@@ -227,7 +236,7 @@ func (s *server) eventList(w http.ResponseWriter, r *http.Request) {
 	if len(rows) == size && (out.TotalCount == nil || int64(offset+size) < *out.TotalCount) {
 		out.Links["next"] = page(offset + size)
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeEventJSON(w, http.StatusOK, out)
 }
 
 func newEventDoc(eid, cid, typ string, at, received time.Time, headers, payload json.RawMessage, message bool) eventDoc {
@@ -249,7 +258,7 @@ func (s *server) eventGet(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, newEventDoc(row.EventID, row.CorrelationID, row.EventType, row.At, row.Received, row.Headers, row.Payload, true))
+	writeEventJSON(w, http.StatusOK, newEventDoc(row.EventID, row.CorrelationID, row.EventType, row.At, row.Received, row.Headers, row.Payload, true))
 }
 
 // eventRoutes registers the event store's routes: POST /events and GET /events with route, and
