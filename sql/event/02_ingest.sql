@@ -127,7 +127,10 @@ BEGIN
                    CASE WHEN jsonb_typeof(b.j_harvester) = 'string' THEN b.j_harvester #>> '{}' END AS harvester,
                    CASE WHEN jsonb_typeof(b.j_version) = 'string' THEN b.j_version #>> '{}' END AS version,
                    CASE WHEN b.j_ts IS NULL OR b.j_ts = 'null' THEN NULL
-                        WHEN jsonb_typeof(b.j_ts) = 'string' AND (b.j_ts #>> '{}') ~ '^\d{1,15}$' AND (b.j_ts #>> '{}')::bigint <= 253402300799999
+                        -- Digits only, told without a regular expression (which costs more than the rest).
+                        WHEN jsonb_typeof(b.j_ts) = 'string' AND length(b.j_ts #>> '{}') BETWEEN 1 AND 15
+                             AND translate(b.j_ts #>> '{}', '0123456789', '') = ''
+                             AND (b.j_ts #>> '{}')::bigint <= 253402300799999
                             THEN timestamptz 'epoch' + (b.j_ts #>> '{}')::bigint * interval '1 millisecond'
                         ELSE event_private.timestamp_of(b.j_ts) END AS at
             FROM (
