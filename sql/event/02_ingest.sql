@@ -18,8 +18,8 @@
 -- * Fan-out in the same statement: a delivery per consumer whose types hold the event's type, in
 --   the lane of the correlation id the profile store's links lead to (the lane of the id its
 --   updates are applied to, so old and new ids keep one order). The usual event is not linked:
---   one index probe tells, and link_chain runs only for ids that have a link. No consumer at all:
---   the step does not run.
+--   one index probe tells (none when the store holds no link at all), and link_chain runs only for
+--   ids that have a link. No consumer at all: the step does not run.
 
 CREATE TYPE event_private.ingested AS (
     ord          integer,
@@ -87,6 +87,9 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_consumers boolean := EXISTS (SELECT FROM event.consumers);
+    -- A store without any profile link (one probe of the partial index profilestore_links_idx)
+    -- needs no probe per event.
+    v_links     boolean := v_consumers AND EXISTS (SELECT FROM profile.profilestore p WHERE p.profile_type = 'profile_link');
     v_res       event_private.ingested[];
 BEGIN
     IF p_events IS NULL OR jsonb_typeof(p_events) NOT IN ('object', 'array') THEN
@@ -174,7 +177,7 @@ BEGIN
         FROM stored s
         JOIN event.consumers c ON s.etype = ANY (c.event_types)
         CROSS JOIN LATERAL (
-            SELECT CASE WHEN EXISTS (SELECT FROM profile.profilestore p
+            SELECT CASE WHEN v_links AND EXISTS (SELECT FROM profile.profilestore p
                                      WHERE p.correlation_id = s.cid AND p.profile_type = 'profile_link'
                                        AND p.path = '/new' AND p.pit = '_latest')
                         THEN (SELECT ch[cardinality(ch)] FROM profile_private.link_chain(s.cid) AS ch)
