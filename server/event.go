@@ -21,7 +21,7 @@ import (
 // auth.anonymous_reads says.
 //
 // The paths /events/{correlationId}[/{eventId}] are served by a mux of their own, which the route
-// table hands every path under /events/ (eventRoutes): in one mux they would conflict with the
+// table (routes.go) hands every path under /events/: in one mux they would conflict with the
 // per-user routes /{username}/events (Go's ServeMux refuses two patterns that both match
 // /events/events with neither more specific). The username "events" is reserved for this.
 
@@ -261,26 +261,14 @@ func (s *server) eventGet(w http.ResponseWriter, r *http.Request) {
 	writeEventJSON(w, http.StatusOK, newEventDoc(row.EventID, row.CorrelationID, row.EventType, row.At, row.Received, row.Headers, row.Payload, true))
 }
 
-// eventRoutes registers the event store's routes: POST /events and GET /events with route, and
-// returns the handler of the paths under /events/ (a mux of their own, see above), which answers
-// a path it does not serve as the route table does.
-func (s *server) eventRoutes(route func(pattern string, h http.HandlerFunc)) http.Handler {
+// eventRoutes registers the event store's routes: POST /events and GET /events with route (the
+// route table's mux), the paths under /events/ with sub (the mux of their own, see above).
+func (s *server) eventRoutes(route, sub func(pattern string, h http.HandlerFunc)) {
 	join := s.newIngestJoin()
 	route("POST /events", func(w http.ResponseWriter, r *http.Request) { s.eventIngest(w, r, join) })
 	route("GET /events", s.eventList)
-	mux := http.NewServeMux()
-	mux.Handle("GET /events/{correlationId}", s.instrument("GET /events/{correlationId}", s.eventList))
-	mux.Handle("GET /events/{correlationId}/{eventId}", s.instrument("GET /events/{correlationId}/{eventId}", s.eventGet))
-	unmatched := s.instrument("unmatched", func(w http.ResponseWriter, r *http.Request) {
-		mux.ServeHTTP(&jsonMiss{ResponseWriter: w, r: r}, r)
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pattern := mux.Handler(r); pattern == "" {
-			unmatched.ServeHTTP(w, r)
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
+	sub("GET /events/{correlationId}", s.eventList)
+	sub("GET /events/{correlationId}/{eventId}", s.eventGet)
 }
 
 // newIngestJoin is POST /events' joiner: concurrent small requests in one call (group commit).

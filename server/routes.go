@@ -47,24 +47,29 @@ func New(cfg Config) http.Handler {
 	route("GET /dead-letters", s.deadLetterList)
 	route("POST /dead-letters/{id}/replay", s.deadLetterReplay)
 	route("GET /ws", s.changeWS)
-	events := s.eventRoutes(route) // paths under /events/ are the event store's (server/event.go)
+	// Every path under /events/ is the event store's, served by a mux of its own (server/event.go).
+	events := http.NewServeMux()
+	s.eventRoutes(route, func(pattern string, h http.HandlerFunc) { events.Handle(pattern, s.instrument(pattern, h)) })
+	muxFor := func(r *http.Request) *http.ServeMux {
+		if strings.HasPrefix(r.URL.Path, "/events/") {
+			return events
+		}
+		return mux
+	}
 
 	// No catch-all route: one would match every request and hide the mux's own answer for a path
 	// that exists for other methods only (405 with Allow). A request no route serves gets the mux's
 	// answer (404, 405, or a redirect to the cleaned path) with the JSON error body.
 	unmatched := s.instrument("unmatched", func(w http.ResponseWriter, r *http.Request) {
-		mux.ServeHTTP(&jsonMiss{ResponseWriter: w, r: r}, r)
+		muxFor(r).ServeHTTP(&jsonMiss{ResponseWriter: w, r: r}, r)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/events/") {
-			events.ServeHTTP(w, r)
-			return
-		}
-		if _, pattern := mux.Handler(r); pattern == "" {
+		m := muxFor(r)
+		if _, pattern := m.Handler(r); pattern == "" {
 			unmatched.ServeHTTP(w, r)
 			return
 		}
-		mux.ServeHTTP(w, r)
+		m.ServeHTTP(w, r)
 	})
 }
 
