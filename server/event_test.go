@@ -5,14 +5,17 @@ package server_test
 // per-user routes /{username}/events.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/silo-db/silo/server"
@@ -284,4 +287,52 @@ func FuzzEventBody(f *testing.F) {
 			require.Equal(t, "null", string(elems[i-1]))
 		}
 	})
+}
+
+// Concurrent small requests are joined into one call (group commit); each gets its own answer,
+// and an id sent by several of them is stored once.
+func TestEventIngestJoinedRequestsGetTheirOwnAnswers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const clients, each = 8, 15
+	var wg sync.WaitGroup
+	stored := make([]int, clients)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				id := fmt.Sprintf("j-%d-%d", c, i)
+				body := "[" + evJSON(id, "t", "c", int64(1000+i), "1") + "," + evJSON("shared", "t", "c", 1, "1") + "]"
+				req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/events", strings.NewReader(body))
+				req.Header.Set("Authorization", b.writer)
+				resp, err := http.DefaultClient.Do(req)
+				if !assert.NoError(t, err) {
+					return
+				}
+				var res []map[string]any
+				assert.NoError(t, json.NewDecoder(resp.Body).Decode(&res))
+				resp.Body.Close()
+				if assert.Len(t, res, 2) {
+					assert.Equal(t, id, res[0]["eventId"])
+					assert.Equal(t, "stored", res[0]["status"])
+					assert.Equal(t, "shared", res[1]["eventId"])
+					if res[1]["status"] == "stored" {
+						stored[c]++
+					} else {
+						assert.Equal(t, "duplicate", res[1]["status"])
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range stored {
+		total += n
+	}
+	require.Equal(t, 1, total)
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM event.events`).Scan(&n))
+	require.Equal(t, clients*each+1, n)
 }
