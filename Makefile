@@ -170,6 +170,8 @@ fuzz: deps build
 	./$(SILO) tempdb -- $(GO) test ./server -run '^$$' -fuzz FuzzProfileUpdates -fuzztime $(FUZZTIME)
 	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzAccountEvent -fuzztime $(FUZZTIME)
 	$(GO) test ./server -run '^$$' -fuzz FuzzAccountEventsQuery -fuzztime $(FUZZTIME)
+	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzEventIngest -fuzztime $(FUZZTIME)
+	./$(SILO) tempdb -- $(GO) test ./server -run '^$$' -fuzz FuzzEventBody -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin

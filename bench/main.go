@@ -22,6 +22,8 @@
 //	profile_updater.go  5. the asynchronous updater: api.profile_enqueue and two `silo work` processes
 //	change_notify.go    6. change notifications: recording cost, commit-to-websocket latency, idle
 //	                    websocket clients
+//	event_ingest.go     7. POST /events, NDJSON, 1,000 events per request, without and with a
+//	                    consumer, next to COPY of the same rows (SILO_BENCH_ONLY=events)
 //
 // A workload file registers its workload in an init function with register: its position in the
 // run and the SILO_BENCH_ONLY values that select it. SILO_BENCH_ONLY=apply runs workload 1 alone;

@@ -33,6 +33,40 @@ type APIAccountUser struct {
 	Events   int64   `json:"events"`
 }
 
+// Always empty: the row type of api.event_ingest_requests. request: the request's position in the call, from 1; ord: the event's position in its request, from 1 (NULL for a refused request); status: stored, duplicate or refused as in api.event_ingest (refused with ord NULL: the whole request); event_id, first_stored, sqlstate, reason: as in api.event_ingest; replayed: the request repeated an idempotency key and this row is the first answer (nothing was stored again).
+type APIEventIngestResult struct {
+	Request     *int32     `json:"request"`
+	Ord         *int32     `json:"ord"`
+	Status      *string    `json:"status"`
+	EventID     *string    `json:"eventId"`
+	FirstStored *time.Time `json:"firstStored"`
+	SQLState    *string    `json:"sqlstate"`
+	Reason      *string    `json:"reason"`
+	Replayed    *bool      `json:"replayed"`
+}
+
+// Always empty: the row type of api.event_ingest. ord: the event's position, from 1; status: stored, duplicate or refused; event_id: its grnry-event-id (when valid); first_stored: when an event with its id was first stored (now for stored); sqlstate and reason: why it was refused.
+type APIEventIngested struct {
+	Ord         *int32     `json:"ord"`
+	Status      *string    `json:"status"`
+	EventID     *string    `json:"eventId"`
+	FirstStored *time.Time `json:"firstStored"`
+	SQLState    *string    `json:"sqlstate"`
+	Reason      *string    `json:"reason"`
+}
+
+// Always empty: the row type of api.event_list and api.event_get. event_id, correlation_id, event_type: the headers grnry-event-id, grnry-correlation-id, grnry-event-type; at: the event time; received: when it was stored; headers, payload: the event as sent; total_count: the number of events in the range read (api.event_list with p_total; NULL otherwise).
+type APIEventRow struct {
+	EventID       *string         `json:"eventId"`
+	CorrelationID *string         `json:"correlationId"`
+	EventType     *string         `json:"eventType"`
+	At            *time.Time      `json:"at"`
+	Received      *time.Time      `json:"received"`
+	Headers       json.RawMessage `json:"headers"`
+	Payload       json.RawMessage `json:"payload"`
+	TotalCount    *int64          `json:"totalCount"`
+}
+
 // Always empty: the row type of api.profile_apply_batch. ord: position of the message in the batch, from 1; status: ok (written), noop (nothing to change) or dead_letter (rejected); operation: the _operation (default _set; NULL when not a string); correlation_id: the profile the update addresses, after profile links (for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string); sqlstate and reason: why a message was rejected; dead_letter_id: its row in profile.dead_letters.
 type APIProfileApplyResult struct {
 	Ord           *int32  `json:"ord"`

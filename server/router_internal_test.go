@@ -135,3 +135,34 @@ func TestRouterAccountStreaming(t *testing.T) {
 	require.Positive(t, body.Meta.ServerTime)
 	require.Equal(t, 1, strings.Count(string(raw), `"meta"`))
 }
+
+// The event store's paths and the per-user routes /{username}/events live together: the router
+// sends /events/... to the event store and /{username}/events to the accounts, and refuses a user
+// named events.
+func TestEventRoutesBesidePerUserRoutes(t *testing.T) {
+	t.Parallel()
+	rt := newRouter(func(_ string, h http.HandlerFunc) http.Handler { return h })
+	var got string
+	h := func(name string) http.HandlerFunc { return func(http.ResponseWriter, *http.Request) { got = name } }
+	require.NotPanics(t, func() {
+		rt.handle("POST /events", h("ingest"))
+		rt.handle("GET /events", h("by type"))
+		rt.handle("GET /events/{correlationId}", h("by correlation id"))
+		rt.handle("GET /events/{correlationId}/{eventId}", h("one event"))
+		rt.account("GET /{username}/events", h("user's events"))
+		rt.account("GET /{username}/events/{id}", h("user's event"))
+	})
+	for path, want := range map[string]string{
+		"/events":            "by type",
+		"/events/cookie123":  "by correlation id",
+		"/events/events":     "by correlation id",
+		"/events/cookie/e1":  "one event",
+		"/alice-1/events":    "user's events",
+		"/alice-1/events/e1": "user's event",
+	} {
+		got = ""
+		rt.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", path, nil))
+		require.Equal(t, want, got, path)
+	}
+	require.Contains(t, rt.topLevel(), "events")
+}

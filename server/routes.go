@@ -53,6 +53,7 @@ func New(cfg Config) http.Handler {
 	route("DELETE /belts/{id}", s.beltDelete)
 	route("GET /belts/{id}/state", s.beltStateGet)
 	route("POST /belts/{id}/state", s.beltStateSet)
+	s.eventRoutes(route)
 
 	// Accounts in Pryv's model, under /{username}/: a mux of their own (router.go says why).
 	account := func(pattern string, h http.HandlerFunc) {

@@ -39,8 +39,8 @@ type Config struct {
 	// DeadLetterRetention: dead letters resolved longer ago than this are trimmed (0: never, the
 	// trim job is not scheduled).
 	DeadLetterRetention time.Duration
-	// MaintenanceInterval is how often the dead-letter and idempotency-key trims run (default an
-	// hour).
+	// MaintenanceInterval is how often the dead-letter, idempotency-key and event-store trims run
+	// (default an hour).
 	MaintenanceInterval time.Duration
 	// ReaperInterval is how often the reaper runs (0: DefaultReaperInterval; negative: never).
 	ReaperInterval time.Duration
@@ -95,11 +95,16 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 	river.AddWorker(workers, &ChangeTrimWorker{queries: db.New(pool), logger: cfg.Logger})
 	river.AddWorker(workers, &IdempotencyTrimWorker{queries: db.New(pool), logger: cfg.Logger})
 	river.AddWorker(workers, &PartitionMaintenanceWorker{queries: db.New(pool), logger: cfg.Logger})
+	river.AddWorker(workers, &EventTrimWorker{queries: db.New(pool), logger: cfg.Logger})
 
 	periodic := []*river.PeriodicJob{river.NewPeriodicJob(
 		river.PeriodicInterval(cfg.MaintenanceInterval),
 		func() (river.JobArgs, *river.InsertOpts) { return IdempotencyTrimArgs{}, nil },
 		&river.PeriodicJobOpts{RunOnStart: true, ID: "idempotency_trim"},
+	), river.NewPeriodicJob(
+		river.PeriodicInterval(cfg.MaintenanceInterval),
+		func() (river.JobArgs, *river.InsertOpts) { return EventTrimArgs{}, nil },
+		&river.PeriodicJobOpts{RunOnStart: true, ID: "event_trim"},
 	)}
 	if cfg.DeadLetterRetention > 0 {
 		periodic = append(periodic, river.NewPeriodicJob(

@@ -23,8 +23,9 @@
 --   batch-size grains deleted and batch-size grains notified, oldest due first. Due grains are
 --   locked FOR UPDATE SKIP LOCKED: a grain a writer (or another reaper run) holds is left for the
 --   next batch, nothing waits and nothing is done twice.
--- * Every deletion and notification becomes a row of profile.reaper_events and a change on channel
---   'reaper' (change_private.outbox, kind ttl or ttn, readers the grain's reader), in the batch's
+-- * Every deletion and notification becomes a row of profile.reaper_events, a change on channel
+--   'reaper' (change_private.outbox, kind ttl or ttn, readers the grain's reader), and an event of
+--   the event store (type ttl-<profile type> or ttn-<profile type>, sql/event/), in the batch's
 --   transaction. The events carry coordinates and metadata, never the value. Event ids are drawn
 --   under a transaction-scoped advisory lock, so their order is commit order and a consumer that
 --   reads "after id N" misses nothing.
@@ -65,6 +66,7 @@ DECLARE
     v_ttn     profile_private.reaped_grain[];
     v_ttl     profile_private.reaped_grain[];
     v_triggers text;
+    v_events  jsonb;
 BEGIN
     IF v_batch IS NULL THEN
         v_setting := btrim(settings_private.setting('reaper.batch_size', '1000'));
@@ -152,15 +154,32 @@ BEGIN
         FROM g
         ORDER BY g.ord, g.ordinality
         RETURNING *
+    ), ob AS (
+        INSERT INTO change_private.outbox (channel, kind, payload, readers)
+        SELECT 'reaper', ev.kind, profile_private.reaper_event_payload(ev), ARRAY[ev.reader::text]
+        FROM ev
+        ORDER BY ev.id
     )
-    INSERT INTO change_private.outbox (channel, kind, payload, readers)
-    SELECT 'reaper', ev.kind, profile_private.reaper_event_payload(ev), ARRAY[ev.reader::text]
-    FROM ev
-    ORDER BY ev.id;
+    SELECT jsonb_agg(jsonb_build_object(
+               'event_headers', jsonb_build_object(
+                   'grnry-event-id', gen_random_uuid()::text,
+                   'grnry-event-type', ev.kind || '-' || ev.profile_type,
+                   'grnry-correlation-id', ev.correlation_id,
+                   'grnry-event-timestamp', floor(extract(epoch FROM now()) * 1000)::bigint::text,
+                   'grnry-harvester-name', 'silo-reaper'),
+               'event_payload', profile_private.reaper_event_payload(ev)) ORDER BY ev.id)
+    INTO v_events
+    FROM ev;
+
+    -- The same notifications as events of the event store (types ttl-<profile type> and
+    -- ttn-<profile type>), through its ingest, so that its consumers (belts) receive them as
+    -- Granary's belts received the reaper's messages. An event the store refuses (a profile type
+    -- too long for an event type) is not stored; the reaper goes on.
+    PERFORM FROM event_private.ingest(v_events);
 END;
 $$;
 COMMENT ON FUNCTION api.profile_reap(integer) IS
-    'One reaper batch, in the caller''s transaction. p_batch_size (default NULL: silo.settings reaper.batch_size, 1000 when unset): at most this many grains notified and this many deleted. Notifies the grains whose notify_at (inserted + ttn) has passed and sets their notify_at to NULL (one notification per TTN value); deletes the grains whose expires_at (inserted + ttl) has passed, a due notification first; oldest due first, skipping grains that other transactions hold. Returns one row: ttl_deleted, ttn_notified, more (a batch was full: call again). Records each grain in profile.reaper_events and publishes it on change channel reaper (kind ttn or ttl, payload profile_private.reaper_event_payload, readers the grain''s reader); the deletions are also published on the profiles'' channels profile:{type}:{id} (kind deleted). Raises SLINV when the batch size (argument or setting) is not a positive integer.';
+    'One reaper batch, in the caller''s transaction. p_batch_size (default NULL: silo.settings reaper.batch_size, 1000 when unset): at most this many grains notified and this many deleted. Notifies the grains whose notify_at (inserted + ttn) has passed and sets their notify_at to NULL (one notification per TTN value); deletes the grains whose expires_at (inserted + ttl) has passed, a due notification first; oldest due first, skipping grains that other transactions hold. Returns one row: ttl_deleted, ttn_notified, more (a batch was full: call again). Records each grain in profile.reaper_events and publishes it on change channel reaper (kind ttn or ttl, payload profile_private.reaper_event_payload, readers the grain''s reader); the deletions are also published on the profiles'' channels profile:{type}:{id} (kind deleted). Ingests each into the event store too (event_private.ingest, so its consumers receive it): type ttl-{profile type} or ttn-{profile type}, headers grnry-event-id (a new UUID), grnry-correlation-id (the grain''s), grnry-event-timestamp (now, epoch milliseconds), grnry-harvester-name silo-reaper, payload as on channel reaper (no value). Raises SLINV when the batch size (argument or setting) is not a positive integer.';
 
 -- The field names are those of Granary's reaper messages, so consumers written for them read
 -- Silo's events unchanged. The value stays out: payloads carry ids and metadata, never data.

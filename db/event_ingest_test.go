@@ -1,0 +1,357 @@
+package db_test
+
+// Event store ingest (sql/event/02_ingest.sql): every header rule, deduplication by event id (in
+// one call, across calls, between concurrent calls), the fan-out to consumers in the lanes of
+// linked correlation ids, and the requests shape with idempotency keys.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/silo-db/silo/db"
+	"github.com/silo-db/silo/db/dbtest"
+)
+
+// ev is an event with headers id, type and correlation id, plus extra header fields (a JSON
+// fragment) and payload.
+func evMsg(id, typ, cid, extra, payload string) string {
+	h := fmt.Sprintf(`"grnry-event-id": %q, "grnry-event-type": %q, "grnry-correlation-id": %q`, id, typ, cid)
+	if extra != "" {
+		h += ", " + extra
+	}
+	return fmt.Sprintf(`{"event_headers": {%s}, "event_payload": %s}`, h, payload)
+}
+
+func evIngest(t *testing.T, q db.DBTX, events string) []db.EventIngestRow {
+	t.Helper()
+	rows, err := db.New(q).EventIngest(context.Background(), json.RawMessage(events))
+	require.NoError(t, err)
+	return rows
+}
+
+func evStr(p *string) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return *p
+}
+
+// statuses is one "status[/sqlstate]" per row.
+func evStatuses(rows []db.EventIngestRow) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.Status
+		if r.SQLState != nil {
+			out[i] += "/" + *r.SQLState
+		}
+	}
+	return out
+}
+
+func TestEventIngestStoresAndAnswersPerEvent(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.Tx(t)
+	ctx := context.Background()
+	rows := evIngest(t, tx, "["+strings.Join([]string{
+		evMsg("e1", "click", "c1", `"grnry-event-timestamp": 1584708855528, "grnry-harvester-name": "web", "x-custom": {"a": 1}`, `{"n": 1}`),
+		evMsg("e2", "click", "c1", `"grnry-event-timestamp": "1584708855529"`, `[1, 2]`),
+		evMsg("e3", "view", "c2", `"grnry-event-timestamp": "2020-03-20T12:54:15.530+01:00", "grnry-event-type-version": "2"`, `"text"`),
+		evMsg("e4", "view", "c2", "", `null`),
+	}, ",")+"]")
+	require.Equal(t, []string{"stored", "stored", "stored", "stored"}, evStatuses(rows))
+	for i, r := range rows {
+		require.Equal(t, int32(i+1), r.Ord)
+		require.Equal(t, fmt.Sprintf("e%d", i+1), evStr(r.EventID))
+		require.NotNil(t, r.FirstStored)
+	}
+
+	var at time.Time
+	var harvester, version *string
+	var headers, payload string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT at, harvester_name, type_version, headers::text, payload::text FROM event.events WHERE event_id = 'e1'`).
+		Scan(&at, &harvester, &version, &headers, &payload))
+	require.Equal(t, time.UnixMilli(1584708855528).UTC(), at.UTC())
+	require.Equal(t, "web", evStr(harvester))
+	require.Nil(t, version)
+	require.Contains(t, headers, `"x-custom": {"a": 1}`)
+	require.Equal(t, `{"n": 1}`, payload)
+
+	require.NoError(t, tx.QueryRow(ctx, `SELECT at FROM event.events WHERE event_id = 'e2'`).Scan(&at))
+	require.Equal(t, time.UnixMilli(1584708855529).UTC(), at.UTC())
+	require.NoError(t, tx.QueryRow(ctx, `SELECT at, type_version FROM event.events WHERE event_id = 'e3'`).Scan(&at, &version))
+	require.Equal(t, time.Date(2020, 3, 20, 11, 54, 15, 530e6, time.UTC), at.UTC())
+	require.Equal(t, "2", evStr(version))
+	// No timestamp: the time of ingest.
+	var isNow bool
+	require.NoError(t, tx.QueryRow(ctx, `SELECT at = now() AND payload = 'null' FROM event.events WHERE event_id = 'e4'`).Scan(&isNow))
+	require.True(t, isNow)
+
+	// One event alone, not in an array.
+	rows = evIngest(t, tx, evMsg("e5", "click", "c1", "", `{}`))
+	require.Equal(t, []string{"stored"}, evStatuses(rows))
+}
+
+// Every rule, each broken alone; the good events around them are stored.
+func TestEventIngestRefusals(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.Tx(t)
+	long := strings.Repeat("x", 256)
+	cases := []struct {
+		event, sqlstate, reason string
+	}{
+		{`42`, "SEEVT", "must be a JSON object"},
+		{`[]`, "SEEVT", "must be a JSON object"},
+		{`{"event_payload": {}}`, "SEEVT", "event_headers must be a JSON object, got nothing"},
+		{`{"event_headers": [], "event_payload": {}}`, "SEEVT", "event_headers must be a JSON object, got array"},
+		{`{"event_headers": {"grnry-event-id": "a", "grnry-event-type": "t", "grnry-correlation-id": "c"}}`, "SEEVT", "event_payload is required"},
+		{`{"event_headers": {"grnry-event-type": "t", "grnry-correlation-id": "c"}, "event_payload": 1}`, "SEHDR", "grnry-event-id is required"},
+		{`{"event_headers": {"grnry-event-id": null, "grnry-event-type": "t", "grnry-correlation-id": "c"}, "event_payload": 1}`, "SEHDR", "grnry-event-id is required"},
+		{evMsg("", "t", "c", "", "1"), "SEHDR", "grnry-event-id must not be empty"},
+		{evMsg(long, "t", "c", "", "1"), "SEHDR", "grnry-event-id must be at most 255 characters, got 256"},
+		{`{"event_headers": {"grnry-event-id": 7, "grnry-event-type": "t", "grnry-correlation-id": "c"}, "event_payload": 1}`, "SEHDR", "grnry-event-id must be a string, got number"},
+		{`{"event_headers": {"grnry-event-id": "a", "grnry-correlation-id": "c"}, "event_payload": 1}`, "SEHDR", "grnry-event-type is required"},
+		{evMsg("a", "", "c", "", "1"), "SEHDR", "grnry-event-type must not be empty"},
+		{evMsg("a", long, "c", "", "1"), "SEHDR", "grnry-event-type must be at most 255 characters"},
+		{`{"event_headers": {"grnry-event-id": "a", "grnry-event-type": "t"}, "event_payload": 1}`, "SEHDR", "grnry-correlation-id is required"},
+		{`{"event_headers": {"grnry-event-id": "a", "grnry-event-type": "t", "grnry-correlation-id": {}}, "event_payload": 1}`, "SEHDR", "grnry-correlation-id must be a string, got object"},
+		{evMsg("a", "t", strings.Repeat("é", 257), "", "1"), "SEHDR", "grnry-correlation-id must be at most 512 bytes, got 514"},
+		{evMsg("a", "t", "c", `"grnry-harvester-name": 1`, "1"), "SEHDR", "grnry-harvester-name must be a string"},
+		{evMsg("a", "t", "c", `"grnry-event-type-version": 2`, "1"), "SEHDR", "grnry-event-type-version must be a string"},
+		{evMsg("a", "t", "c", `"grnry-event-timestamp": "yesterday"`, "1"), "SETIM", "grnry-event-timestamp must be"},
+		{evMsg("a", "t", "c", `"grnry-event-timestamp": -1`, "1"), "SETIM", "grnry-event-timestamp must be"},
+		{evMsg("a", "t", "c", `"grnry-event-timestamp": 1.5`, "1"), "SETIM", "grnry-event-timestamp must be"},
+		{evMsg("a", "t", "c", `"grnry-event-timestamp": 253402300800000`, "1"), "SETIM", "grnry-event-timestamp must be"},
+		{evMsg("a", "t", "c", `"grnry-event-timestamp": "2021-02-30T00:00:00Z"`, "1"), "SETIM", "grnry-event-timestamp must be"},
+		{evMsg("a", "t", "c", `"grnry-event-timestamp": true`, "1"), "SETIM", "grnry-event-timestamp must be"},
+	}
+	for i, c := range cases {
+		good := evMsg(fmt.Sprintf("good-%d", i), "t", "c", "", "1")
+		rows := evIngest(t, tx, "["+good+","+c.event+","+good+"]")
+		require.Len(t, rows, 3, c.event)
+		require.Equal(t, "stored", rows[0].Status, c.event)
+		require.Equal(t, "refused", rows[1].Status, c.event)
+		require.Equal(t, c.sqlstate, evStr(rows[1].SQLState), c.event)
+		require.Contains(t, evStr(rows[1].Reason), c.reason, c.event)
+		require.Nil(t, rows[1].FirstStored)
+		require.Equal(t, "duplicate", rows[2].Status, c.event)
+	}
+	var n int
+	require.NoError(t, tx.QueryRow(context.Background(), `SELECT count(*) FROM event.events WHERE event_id = 'a'`).Scan(&n))
+	require.Zero(t, n)
+
+	// Neither an object nor an array: an error.
+	_, err := db.New(tx).EventIngest(context.Background(), json.RawMessage(`"x"`))
+	require.Equal(t, "SLINV", sqlState(err))
+}
+
+func TestEventIngestDeduplicates(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.Tx(t)
+	ctx := context.Background()
+	_, err := tx.Exec(ctx, `INSERT INTO event.event_ids (event_id, at, correlation_id, received) VALUES ('old', now(), 'c', '2020-01-01Z')`)
+	require.NoError(t, err)
+	rows := evIngest(t, tx, "["+strings.Join([]string{
+		evMsg("d1", "t", "c", "", `1`),
+		evMsg("d1", "t", "c", "", `2`),
+		evMsg("old", "t", "c", "", `3`),
+		`{"event_headers": {"grnry-event-id": "d2"}, "event_payload": 4}`,
+		evMsg("d2", "t", "c", "", `5`),
+	}, ",")+"]")
+	require.Equal(t, []string{"stored", "duplicate", "duplicate", "refused/SEHDR", "stored"}, evStatuses(rows))
+	require.Equal(t, "d2", evStr(rows[3].EventID))
+	require.Equal(t, *rows[0].FirstStored, *rows[1].FirstStored)
+	require.Equal(t, time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), rows[2].FirstStored.UTC())
+	var payload string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT string_agg(payload::text, ',') FROM event.events WHERE event_id IN ('d1', 'old')`).Scan(&payload))
+	require.Equal(t, "1", payload)
+
+	// Sent again in a later call: duplicate, with the time it was first stored.
+	rows = evIngest(t, tx, evMsg("d1", "t", "c", "", `9`))
+	require.Equal(t, []string{"duplicate"}, evStatuses(rows))
+}
+
+// Concurrent ingests of the same ids: each id is stored once, the others answer duplicate.
+func TestEventIngestConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	ctx := context.Background()
+	const calls, ids = 4, 50
+	var events []string
+	for i := range ids {
+		events = append(events, evMsg(fmt.Sprintf("id-%d", i), "t", fmt.Sprintf("c%d", i%7), "", "1"))
+	}
+	var wg sync.WaitGroup
+	stored := make([]int, calls)
+	for c := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each call in another order.
+			order := make([]string, ids)
+			for i := range ids {
+				order[i] = events[(i*(c+1)+c)%ids]
+			}
+			rows, err := db.New(pool).EventIngest(ctx, json.RawMessage("["+strings.Join(order, ",")+"]"))
+			if !evNoErr(t, err) {
+				return
+			}
+			for _, r := range rows {
+				if r.Status == "stored" {
+					stored[c]++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range stored {
+		total += n
+	}
+	require.Equal(t, ids, total)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM event.events`).Scan(&n))
+	require.Equal(t, ids, n)
+}
+
+func evNoErr(t *testing.T, err error) bool {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
+}
+
+type evDelivery struct {
+	Consumer string
+	Lane     int
+	CID      string
+	EventCID string
+	EventID  string
+}
+
+func evDeliveries(t *testing.T, q db.DBTX) []evDelivery {
+	t.Helper()
+	rows, err := q.Query(context.Background(), `
+		SELECT c.name, d.lane, d.correlation_id, d.event_cid, d.event_id
+		FROM event.deliveries d JOIN event.consumers c ON c.id = d.consumer_id ORDER BY d.id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []evDelivery
+	for rows.Next() {
+		var d evDelivery
+		require.NoError(t, rows.Scan(&d.Consumer, &d.Lane, &d.CID, &d.EventCID, &d.EventID))
+		out = append(out, d)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func evLane(t *testing.T, q db.DBTX, cid string, lanes int) int {
+	t.Helper()
+	var l int
+	require.NoError(t, q.QueryRow(context.Background(), `SELECT event_private.lane_of($1, $2::smallint)`, cid, lanes).Scan(&l))
+	return l
+}
+
+func TestEventIngestDeliversToConsumers(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.Tx(t)
+	ctx := context.Background()
+
+	// No consumer: events are stored, nothing is delivered.
+	evIngest(t, tx, evMsg("n1", "click", "c1", "", "1"))
+	require.Empty(t, evDeliveries(t, tx))
+
+	_, err := tx.Exec(ctx, `
+		SELECT event_private.consumer_create('a', '{click}', 8::smallint);
+		SELECT event_private.consumer_create('b', '{click,view}', 16::smallint);`)
+	require.NoError(t, err)
+	// old is linked to mid, mid to new: events of old go to new's lane.
+	rows, err := db.New(tx).ProfileApplyBatch(ctx, db.ProfileApplyBatchParams{Updates: json.RawMessage(`[
+		{"_id": "old", "_operation": "_profile_link", "_value": {"_v": "mid"}},
+		{"_id": "mid", "_operation": "_profile_link", "_value": {"_v": "new"}}]`)})
+	require.NoError(t, err)
+	for _, r := range rows {
+		require.Equal(t, "ok", r.Status, evStr(r.Reason))
+	}
+
+	got := evIngest(t, tx, "["+strings.Join([]string{
+		evMsg("d1", "click", "c1", "", "1"),
+		evMsg("d2", "view", "c2", "", "1"),
+		evMsg("d3", "other", "c3", "", "1"),
+		evMsg("d1", "click", "c1", "", "1"),
+		evMsg("d4", "click", "old", "", "1"),
+		evMsg("n1", "click", "c1", "", "1"),
+	}, ",")+"]")
+	require.Equal(t, []string{"stored", "stored", "stored", "duplicate", "stored", "duplicate"}, evStatuses(got))
+	require.Equal(t, []evDelivery{
+		{"a", evLane(t, tx, "c1", 8), "c1", "c1", "d1"},
+		{"b", evLane(t, tx, "c1", 16), "c1", "c1", "d1"},
+		{"b", evLane(t, tx, "c2", 16), "c2", "c2", "d2"},
+		{"a", evLane(t, tx, "new", 8), "new", "old", "d4"},
+		{"b", evLane(t, tx, "new", 16), "new", "old", "d4"},
+	}, evDeliveries(t, tx))
+}
+
+func TestEventIngestRequests(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.Tx(t)
+	q := db.New(tx)
+	ctx := context.Background()
+	call := func(body string) []db.EventIngestRequestsRow {
+		t.Helper()
+		rows, err := q.EventIngestRequests(ctx, json.RawMessage(body))
+		require.NoError(t, err)
+		return rows
+	}
+	type res struct {
+		Request  int32
+		Ord      int32
+		Status   string
+		SQLState string
+		Replayed bool
+	}
+	flat := func(rows []db.EventIngestRequestsRow) []res {
+		out := make([]res, len(rows))
+		for i, r := range rows {
+			out[i] = res{r.Request, 0, r.Status, evStr(r.SQLState), r.Replayed}
+			if r.Ord != nil {
+				out[i].Ord = *r.Ord
+			}
+		}
+		return out
+	}
+	rows := call(`[
+		{"events": [` + evMsg("r1", "t", "c", "", "1") + `, null, ` + evMsg("r2", "t", "c", "", "2") + `], "token_id": 1, "invalid": {"2": "line 2 is not JSON"}},
+		{"events": ` + evMsg("r1", "t", "c", "", "1") + `, "token_id": 1, "idempotency_key": "k1"},
+		{"events": 5, "token_id": 1},
+		{"events": [` + evMsg("r3", "t", "c", "", "1") + `], "token_id": 1, "idempotency_key": "k2"}]`)
+	require.Equal(t, []res{
+		{1, 1, "stored", "<nil>", false},
+		{1, 2, "refused", "SEEVT", false},
+		{1, 3, "stored", "<nil>", false},
+		{2, 1, "duplicate", "<nil>", false},
+		{3, 0, "refused", "SLINV", false},
+		{4, 1, "stored", "<nil>", false},
+	}, flat(rows))
+	require.Equal(t, "line 2 is not JSON", evStr(rows[1].Reason))
+
+	// A repeat of a key gets its first answer, and stores nothing.
+	rows = call(`[{"events": [` + evMsg("r3", "t", "c", "", "1") + `], "token_id": 1, "idempotency_key": "k2"},
+		{"events": [` + evMsg("r4", "t", "c", "", "1") + `], "token_id": 1, "idempotency_key": "k1"}]`)
+	require.Equal(t, []res{
+		{1, 1, "stored", "<nil>", true},
+		{2, 0, "refused", "SLIDM", false},
+	}, flat(rows))
+	var n int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM event.events WHERE event_id = 'r4'`).Scan(&n))
+	require.Zero(t, n)
+}

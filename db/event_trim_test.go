@@ -1,0 +1,105 @@
+package db_test
+
+// Event store retention (sql/event/04_trim.sql) on both partitioning backends: the events older
+// than the retention go by whole partitions or chunks, with their ids and pending deliveries; an
+// id dropped so is new when sent again; younger events stay.
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/silo-db/silo/db"
+	"github.com/silo-db/silo/db/dbtest"
+)
+
+func TestEventTrimBackends(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	installed := timescaleDBInstalled(t)
+	shared := dbtest.Pool(t)
+	native := shared
+	if installed {
+		other := startOtherCluster(t, "")
+		require.NoError(t, dbtest.CreateTemplate(ctx, other.cluster.URL("postgres"), "native"))
+		native = other.open("native")
+	}
+	t.Run("native", func(t *testing.T) { testEventTrim(t, native, "native") })
+	t.Run("timescaledb", func(t *testing.T) {
+		if !installed {
+			t.Skip(skipNoTimescaleDB)
+		}
+		testEventTrim(t, shared, "timescaledb")
+	})
+}
+
+func testEventTrim(t *testing.T, pool *pgxpool.Pool, backend string) {
+	ctx := context.Background()
+	var got string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT backend FROM partition.tables WHERE relation = 'event.events'::regclass`).Scan(&got))
+	require.Equal(t, backend, got)
+	_, err := pool.Exec(ctx, `SELECT event_private.consumer_create('trim', '{t}')`)
+	require.NoError(t, err)
+
+	now := time.Now()
+	old := now.Add(-200 * 24 * time.Hour).UnixMilli()
+	middle := now.Add(-30 * 24 * time.Hour).UnixMilli()
+	events := "["
+	for i := range 10 {
+		if i > 0 {
+			events += ","
+		}
+		ts := old + int64(i)*3600_000
+		id := fmt.Sprintf("old-%d", i)
+		if i >= 5 {
+			ts, id = middle+int64(i)*3600_000, fmt.Sprintf("mid-%d", i)
+		}
+		events += evMsg(id, "t", fmt.Sprintf("c%d", i%3), fmt.Sprintf(`"grnry-event-timestamp": %d`, ts), "1")
+	}
+	rows := evIngest(t, pool, events+"]")
+	for _, r := range rows {
+		require.Equal(t, "stored", r.Status)
+	}
+	// Natively, the old rows wait in the default partition until maintenance gives them partitions.
+	_, err = db.New(pool).PartitionMaintain(ctx)
+	require.NoError(t, err)
+
+	count := func(sql string) int {
+		t.Helper()
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, sql).Scan(&n))
+		return n
+	}
+	require.Equal(t, 10, count(`SELECT count(*) FROM event.events`))
+	require.Equal(t, 10, count(`SELECT count(*) FROM event.deliveries`))
+
+	// The setting's retention (90 days): the old half goes.
+	res, err := db.New(pool).EventTrim(ctx, pgtype.Interval{})
+	require.NoError(t, err)
+	require.Positive(t, res.DroppedPartitions)
+	require.EqualValues(t, 5, res.DeletedIds)
+	require.EqualValues(t, 5, res.DeletedDeliveries)
+	require.Equal(t, 0, count(`SELECT count(*) FROM event.events WHERE event_id LIKE 'old-%'`))
+	require.Equal(t, 5, count(`SELECT count(*) FROM event.events WHERE event_id LIKE 'mid-%'`))
+	require.Equal(t, 5, count(`SELECT count(*) FROM event.event_ids`))
+	require.Equal(t, 5, count(`SELECT count(*) FROM event.deliveries`))
+
+	// An id dropped is new again.
+	rows = evIngest(t, pool, evMsg("old-1", "t", "c1", fmt.Sprintf(`"grnry-event-timestamp": %d`, now.UnixMilli()), "2"))
+	require.Equal(t, "stored", rows[0].Status)
+	rows = evIngest(t, pool, evMsg("mid-6", "t", "c0", "", "2"))
+	require.Equal(t, "duplicate", rows[0].Status)
+
+	// A shorter retention from psql; a negative one is refused.
+	res, err = db.New(pool).EventTrim(ctx, pgtype.Interval{Days: 7, Valid: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 5, res.DeletedIds)
+	require.Equal(t, 1, count(`SELECT count(*) FROM event.events`))
+	_, err = db.New(pool).EventTrim(ctx, pgtype.Interval{Days: -1, Valid: true})
+	require.Equal(t, "SLINV", sqlState(err))
+}

@@ -1,0 +1,19 @@
+-- Event store, ingest (sql/event/02_ingest.sql).
+
+-- name: EventIngest :many
+-- events: one event object or a JSON array of them (psql's api.event_ingest).
+SELECT i.ord::integer AS ord, i.status::text AS status, i.event_id, i.first_stored, i.sqlstate, i.reason
+FROM api.event_ingest(sqlc.arg(events)::jsonb) i;
+
+-- name: EventIngestRequests :many
+-- requests: a JSON array of {"events", "token_id", "idempotency_key", "invalid"}, one per HTTP
+-- request joined into this call.
+SELECT r.request::integer AS request, r.ord, r.status::text AS status, r.event_id, r.first_stored,
+       r.sqlstate, r.reason, r.replayed::boolean AS replayed
+FROM api.event_ingest_requests(sqlc.arg(requests)::jsonb) r;
+
+-- name: EventTrim :one
+-- retention: NULL for silo.settings event.retention.
+SELECT t.dropped_partitions::integer AS dropped_partitions, t.deleted_ids::bigint AS deleted_ids,
+       t.deleted_deliveries::bigint AS deleted_deliveries
+FROM api.event_trim(sqlc.narg(retention)::interval) t;

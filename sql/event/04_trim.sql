@@ -1,0 +1,39 @@
+-- Event store, retention: events older than silo.settings event.retention go by whole partitions or
+-- chunks (partition_private.drop_older, either backend), never row by row. The ids and pending
+-- deliveries of the events dropped go with them: an id whose event is gone may be sent again and is
+-- then new. A partition straddling the cutoff stays whole, and so do its events' ids, until a later
+-- run drops it. Run by silo work (worker/event_trim.go) and from psql.
+
+CREATE FUNCTION api.event_trim(p_retention interval DEFAULT NULL,
+                               OUT dropped_partitions integer, OUT deleted_ids bigint, OUT deleted_deliveries bigint)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_retention interval := p_retention;
+    v_cutoff    timestamptz;
+BEGIN
+    IF v_retention IS NULL THEN
+        v_retention := settings_private.setting_interval('event.retention', '90 days');
+    ELSIF v_retention < interval '0' THEN
+        RAISE EXCEPTION 'event retention must not be negative, got %', v_retention USING ERRCODE = 'SLINV';
+    END IF;
+    v_cutoff := now() - v_retention;
+    SELECT count(*)::integer INTO dropped_partitions
+    FROM partition_private.drop_older('event.events'::regclass, v_cutoff);
+
+    -- The ids and deliveries of events that are gone: older than the cutoff, and not in a partition
+    -- that stays. event_ids_at_idx finds the old ones; the primary key of event.events tells.
+    DELETE FROM event.deliveries d
+    WHERE d.event_at < v_cutoff
+      AND NOT EXISTS (SELECT FROM event.events e
+                      WHERE e.correlation_id = d.event_cid AND e.at = d.event_at AND e.event_id = d.event_id);
+    GET DIAGNOSTICS deleted_deliveries = ROW_COUNT;
+    DELETE FROM event.event_ids i
+    WHERE i.at < v_cutoff
+      AND NOT EXISTS (SELECT FROM event.events e
+                      WHERE e.correlation_id = i.correlation_id AND e.at = i.at AND e.event_id = i.event_id);
+    GET DIAGNOSTICS deleted_ids = ROW_COUNT;
+END
+$$;
+COMMENT ON FUNCTION api.event_trim(interval) IS
+    'Drops the events older than p_retention (default NULL: silo.settings event.retention, 90 days when unset) by whole partitions or chunks (partition_private.drop_older on event.events: a partition straddling the cutoff stays until a later run), with the ids (event.event_ids) and pending deliveries (event.deliveries) of the events that are gone: such an id sent again is a new event. Returns dropped_partitions, deleted_ids, deleted_deliveries. Run periodically by silo work; from psql at will. Takes a brief ACCESS EXCLUSIVE lock on event.events per native partition dropped. Raises SLINV when p_retention is negative or the setting is not a non-negative interval, STBKD when the table''s partitioning backend is not usable.';
