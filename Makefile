@@ -79,9 +79,9 @@ deps-partman: deps-pg
 	fi
 
 # PL/Python (plpython3u), which runs Python belts, for the server Silo starts ($SILO_PG_BIN, else
-# the newest /usr/lib/postgresql/*/bin): Debian's package postgresql-plpython3-$ver. Without it
-# Silo runs SQL belts only and refuses Python ones, so a missing package only says so when
-# make is not run as root.
+# the newest /usr/lib/postgresql/*/bin): Debian's package postgresql-plpython3-$ver. A server
+# without it runs SQL belts only and refuses Python ones; make installs it like PostgreSQL, so
+# that the tests and the README's Python belt run.
 deps-plpython: deps-pg
 	@bin=$${SILO_PG_BIN:-$$(ls -dv /usr/lib/postgresql/*/bin | tail -n1)}; \
 	ver=$$("$$bin/postgres" --version | sed -E 's/^[^0-9]*([0-9]+).*/\1/'); \
@@ -91,7 +91,7 @@ deps-plpython: deps-pg
 			echo "installing PL/Python for PostgreSQL $$ver (Debian package)"; \
 			$(APT_GET) update -qq && $(APT_GET) install -y -qq postgresql-plpython3-$$ver; \
 		else \
-			echo "PL/Python is missing and not root, so not installed: install Debian's postgresql-plpython3-$$ver package for Python belts (without it Silo runs SQL belts only)"; \
+			echo "PL/Python is missing: install Debian's postgresql-plpython3-$$ver package (Python belts; a server without it runs SQL belts only)"; exit 1; \
 		fi; \
 	fi
 
