@@ -33,6 +33,15 @@ type APIAccountUser struct {
 	Events   int64   `json:"events"`
 }
 
+// The running belts and their work, as workers poll it: belt_id, language (sql or python), callback_timeout_sec (CALLBACK_TIMEOUT_SEC: a worker runs a SQL belt's steps with it as statement_timeout), ready_lanes (lanes with deliveries whose back-off has passed), waiting_lanes (lanes waiting for a retry's back-off).
+type APIBeltWork struct {
+	BeltID             int64   `json:"beltId"`
+	Language           string  `json:"language"`
+	CallbackTimeoutSec float64 `json:"callbackTimeoutSec"`
+	ReadyLanes         int32   `json:"readyLanes"`
+	WaitingLanes       int32   `json:"waitingLanes"`
+}
+
 // Always empty: the row type of api.event_ingest_requests. request: the request's position in the call, from 1; ord: the event's position in its request, from 1 (NULL for a refused request); status: stored, duplicate or refused as in api.event_ingest (refused with ord NULL: the whole request); event_id, first_stored, sqlstate, reason: as in api.event_ingest; replayed: the request repeated an idempotency key and this row is the first answer (nothing was stored again).
 type APIEventIngestResult struct {
 	Request     *int32     `json:"request"`
@@ -483,6 +492,8 @@ type EventConsumerLane struct {
 	DeadLettered int64 `json:"deadLettered"`
 	// Deliveries whose processing took longer than the consumer's long-running limit.
 	LongRunning int64 `json:"longRunning"`
+	// The SQLSTATE of the last retry of the head of the lane (SBRTY for a retry the callback asked for, 57014 for a timeout, a transient error's own), NULL when it was not retried.
+	LastSQLState *string `json:"lastSqlstate"`
 }
 
 // Events waiting for a consumer, in order of id within each lane. Written by api.event_ingest for every consumer of the event's type, deleted by the consumer in the transaction that processes them.
@@ -503,6 +514,8 @@ type EventDelivery struct {
 	EventID string `json:"eventId"`
 	// When the delivery was made (the event's ingest).
 	Delivered time.Time `json:"delivered"`
+	// For a replayed dead letter (api.belt_dead_letter_replay): its belt.dead_letters id, whose copy of the event (headers and payload) the step reads when the event is no longer in event.events; NULL for an event delivered at ingest.
+	DeadLetterID *int64 `json:"deadLetterId"`
 }
 
 // Stored events, one row per grnry-event-id, time-partitioned on at (a TimescaleDB hypertable when the database has TimescaleDB, native range partitions made by pg_partman otherwise: partition.tables says which). Written by api.event_ingest; read by api.event_list and api.event_get.

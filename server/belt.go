@@ -44,13 +44,19 @@ func (s *server) beltList(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	writePage(w, r, raw, offset, pageSize)
+}
+
+// writePage answers page, a {"totalCount", "items"} document of the SQL, with "_links": "self"
+// and, when more items follow, "next", whose offset and pagesize replace the request's.
+func writePage(w http.ResponseWriter, r *http.Request, raw json.RawMessage, offset, pageSize int) {
 	var page struct {
 		TotalCount int64           `json:"totalCount"`
 		Items      json.RawMessage `json:"items"`
 		Links      map[string]any  `json:"_links"`
 	}
 	if err := json.Unmarshal(raw, &page); err != nil {
-		s.fail(w, r, err)
+		writeError(w, http.StatusInternalServerError, "unexpected-error", "the page could not be read", nil)
 		return
 	}
 	link := func(off int) map[string]string {
@@ -195,4 +201,86 @@ func (s *server) beltStateSet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, json.RawMessage(state))
+}
+
+// GET /belts/{id}/dead-letters?offset=&pagesize=&replayed=: the belt's dead letters, oldest first,
+// {"totalCount", "items", "_links"}; replayed=false lists those not replayed yet, true the others.
+func (s *server) beltDeadLetterList(w http.ResponseWriter, r *http.Request) {
+	if !s.admin(w, r) {
+		return
+	}
+	id, ok := beltID(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	pageSize, err1 := intParam(q, "pagesize", 20, 1, 1000)
+	offset, err2 := intParam(q, "offset", 0, 0, 1<<30)
+	var replayed *bool
+	var err3 error
+	if v := q.Get("replayed"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			err3 = fmt.Errorf("replayed must be true or false, got %q", v)
+		}
+		replayed = &b
+	}
+	if err := errors.Join(err1, err2, err3); err != nil {
+		badParam(w, err)
+		return
+	}
+	raw, err := s.q.BeltDeadLetterList(r.Context(), db.BeltDeadLetterListParams{
+		BeltID: id, PageOffset: int32(offset), PageSize: int32(pageSize), Replayed: replayed})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writePage(w, r, raw, offset, pageSize)
+}
+
+// POST /belts/{id}/dead-letters/replay with {"ids": ["12", 13]} (the dead letters to replay) or an
+// empty body or {} (every dead letter not replayed yet): {"replayed": n}.
+func (s *server) beltDeadLetterReplay(w http.ResponseWriter, r *http.Request) {
+	if !s.admin(w, r) {
+		return
+	}
+	id, ok := beltID(w, r)
+	if !ok {
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		IDs *[]json.Number `json:"ids"`
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid-request-structure",
+				`the body must be empty, {} or {"ids": [dead letter ids]}`, nil)
+			return
+		}
+	}
+	var ids []int64
+	if req.IDs != nil {
+		ids = make([]int64, 0, len(*req.IDs))
+		for _, n := range *req.IDs {
+			v, err := strconv.ParseInt(n.String(), 10, 64)
+			if err != nil || v <= 0 {
+				writeError(w, http.StatusBadRequest, "invalid-request-structure",
+					fmt.Sprintf("a dead letter id is a positive integer, got %q", n.String()), nil)
+				return
+			}
+			ids = append(ids, v)
+		}
+	}
+	n, err := s.q.BeltDeadLetterReplay(r.Context(), db.BeltDeadLetterReplayParams{BeltID: id, IDs: ids})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int32{"replayed": n})
 }

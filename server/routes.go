@@ -53,6 +53,8 @@ func New(cfg Config) http.Handler {
 	route("DELETE /belts/{id}", s.beltDelete)
 	route("GET /belts/{id}/state", s.beltStateGet)
 	route("POST /belts/{id}/state", s.beltStateSet)
+	route("GET /belts/{id}/dead-letters", s.beltDeadLetterList)
+	route("POST /belts/{id}/dead-letters/replay", s.beltDeadLetterReplay)
 	s.eventRoutes(route)
 
 	// Accounts in Pryv's model, under /{username}/: a mux of their own (router.go says why).

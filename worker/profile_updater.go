@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -127,7 +126,7 @@ func (u *Updater) Start(ctx context.Context) {
 		u.wg.Add(1)
 		go func() {
 			defer u.wg.Done()
-			u.listen(ctx)
+			listenLoop(ctx, u.pool, "silo profile updater listener", InboxChannel, u.cfg.Logger, u.notified)
 		}()
 	}
 	for _, prio := range Priorities {
@@ -282,48 +281,15 @@ func (u *Updater) cachedStatus(prio string) (db.ProfileUpdaterStatusRow, bool) {
 	return st, ok
 }
 
-// listen holds the LISTEN connection on InboxChannel and wakes the idle workers of the stream a
-// notification names; it reconnects with back-off. While it is away the workers poll.
-func (u *Updater) listen(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		listening, err := u.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if listening {
-			backoff = 100 * time.Millisecond
-		}
-		u.cfg.Logger.Warn("profile updater: LISTEN connection lost, idle workers poll until it is back", "err", err, "retry_in", backoff)
-		if !sleep(ctx, backoff, nil) {
-			return
-		}
-		backoff = min(backoff*2, 10*time.Second)
-	}
-}
-
-func (u *Updater) listenOnce(ctx context.Context) (listening bool, err error) {
-	cc := u.pool.Config().ConnConfig
-	cc.RuntimeParams = named(cc.RuntimeParams, "silo profile updater listener")
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return false, err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+InboxChannel); err != nil {
-		return false, err
-	}
-	for _, w := range u.wake { // what was enqueued while no one listened
-		w.wakeUp()
-	}
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return true, err
-		}
-		if w, ok := u.wake[n.Payload]; ok {
+// notified wakes the idle workers of the stream a notification names, and those of every stream
+// for the empty payload of a (re)connection: what was enqueued while no one listened.
+func (u *Updater) notified(payload string) {
+	if payload == "" {
+		for _, w := range u.wake {
 			w.wakeUp()
 		}
+	} else if w, ok := u.wake[payload]; ok {
+		w.wakeUp()
 	}
 }
 

@@ -96,6 +96,7 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 	river.AddWorker(workers, &IdempotencyTrimWorker{queries: db.New(pool), logger: cfg.Logger})
 	river.AddWorker(workers, &PartitionMaintenanceWorker{queries: db.New(pool), logger: cfg.Logger})
 	river.AddWorker(workers, &EventTrimWorker{queries: db.New(pool), logger: cfg.Logger})
+	river.AddWorker(workers, &BeltDeadLetterTrimWorker{queries: db.New(pool), logger: cfg.Logger})
 
 	periodic := []*river.PeriodicJob{river.NewPeriodicJob(
 		river.PeriodicInterval(cfg.MaintenanceInterval),
@@ -105,6 +106,10 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 		river.PeriodicInterval(cfg.MaintenanceInterval),
 		func() (river.JobArgs, *river.InsertOpts) { return EventTrimArgs{}, nil },
 		&river.PeriodicJobOpts{RunOnStart: true, ID: "event_trim"},
+	), river.NewPeriodicJob(
+		river.PeriodicInterval(cfg.MaintenanceInterval),
+		func() (river.JobArgs, *river.InsertOpts) { return BeltDeadLetterTrimArgs{}, nil },
+		&river.PeriodicJobOpts{RunOnStart: true, ID: "belt_dead_letter_trim"},
 	)}
 	if cfg.DeadLetterRetention > 0 {
 		periodic = append(periodic, river.NewPeriodicJob(

@@ -29,6 +29,7 @@ type config struct {
 	reaperInterval      time.Duration // negative: the reaper does not run
 	reaperBudget        time.Duration
 	updaterWorkers      int
+	beltWorkers         int
 	metricsAddr         string
 	dbMaxConns          int32  // 0: pool_max_conns of DATABASE_URL, else pgxpool's default
 	appName             string // application_name of the pool's connections: "silo <command>"
@@ -51,6 +52,7 @@ func loadConfig() (config, error) {
 		reaperInterval:      time.Minute,
 		reaperBudget:        time.Minute,
 		updaterWorkers:      2,
+		beltWorkers:         2,
 		metricsAddr:         os.Getenv("SILO_METRICS_ADDR"),
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(envOr("SILO_LOG_LEVEL", "info"))); err != nil {
@@ -79,6 +81,13 @@ func loadConfig() (config, error) {
 			return cfg, fmt.Errorf("SILO_UPDATER_WORKERS: not a number from 0 to 256: %q", v)
 		}
 		cfg.updaterWorkers = n
+	}
+	if v := os.Getenv("SILO_BELT_WORKERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 256 {
+			return cfg, fmt.Errorf("SILO_BELT_WORKERS: not a number from 0 to 256: %q", v)
+		}
+		cfg.beltWorkers = n
 	}
 	if v := os.Getenv("SILO_DB_MAX_CONNS"); v != "" {
 		n, err := strconv.Atoi(v)

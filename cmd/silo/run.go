@@ -80,6 +80,12 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 				logger.Info("profile updater started", "workers_per_priority", cfg.updaterWorkers)
 				stops = append(stops, updater.Stop)
 			}
+			if cfg.beltWorkers > 0 {
+				belts := worker.NewBelts(pool, worker.BeltConfig{Logger: logger, Workers: cfg.beltWorkers, Registerer: registry})
+				belts.Start(ctx)
+				logger.Info("belts started", "workers", cfg.beltWorkers)
+				stops = append(stops, belts.Stop)
+			}
 			if metricsLn != nil {
 				registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 				mux := http.NewServeMux()

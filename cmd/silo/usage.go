@@ -33,11 +33,13 @@ var envDocs = map[string]string{
 	"SILO_REAPER_BUDGET": "how long one reaper run may go on while grains are due (default 1m)",
 	"SILO_UPDATER_WORKERS": "asynchronous profile updater workers per priority stream in this process\n" +
 		"(default 2; 0: this process applies no queued updates)",
+	"SILO_BELT_WORKERS": "belt workers in this process, each running processing steps of any running\n" +
+		"belt (default 2; 0: this process runs no belt)",
 	"SILO_DB_MAX_CONNS": "size of the process's database connection pool, 2 or more (default:\n" +
 		"pool_max_conns of DATABASE_URL, else 4 or the number of CPUs, whichever is larger;\n" +
 		"this setting wins over pool_max_conns). Held beside the pool: the change listener\n" +
 		"(up, serve); River's listener, the updater's own pool of 2 x SILO_UPDATER_WORKERS + 1\n" +
-		"and its listener (up, work)",
+		"and its listener, the belts' own pool of SILO_BELT_WORKERS + 1 and their listener (up, work)",
 	"SILO_METRICS_ADDR":   "where silo work serves /metrics (default unset: not served; silo up\nand silo serve serve it on SILO_ADDR)",
 	"SILO_TEMPDB_DURABLE": "set: the throw-away cluster keeps fsync and synchronous commit on (benchmarks)",
 }
@@ -45,7 +47,7 @@ var envDocs = map[string]string{
 var (
 	dbEnv  = []string{"DATABASE_URL", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS"}
 	allEnv = []string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
-		"SILO_DEAD_LETTER_RETENTION", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_UPDATER_WORKERS",
+		"SILO_DEAD_LETTER_RETENTION", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS",
 		"SILO_METRICS_ADDR", "SILO_TEMPDB_DURABLE"}
 )
 
@@ -66,7 +68,7 @@ anything starts: an address in use or malformed fails at once.
 
 ` + embeddedNote,
 		env: []string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
-			"SILO_UPDATER_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION"},
+			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION"},
 	}
 	cmdMigrate = &command{
 		name: "migrate", summary: "apply migrations and rebuild schema api",
@@ -96,7 +98,7 @@ run against one database.
 
 ` + embeddedNote,
 		env: []string{"DATABASE_URL", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
-			"SILO_UPDATER_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION",
+			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION",
 			"SILO_METRICS_ADDR"},
 	}
 	cmdTokenCreate = &command{

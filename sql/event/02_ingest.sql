@@ -91,6 +91,7 @@ DECLARE
     -- needs no probe per event.
     v_links     boolean := v_consumers AND EXISTS (SELECT FROM profile.profilestore p WHERE p.profile_type = 'profile_link');
     v_res       event_private.ingested[];
+    v_heads     jsonb;
 BEGIN
     IF p_events IS NULL OR jsonb_typeof(p_events) NOT IN ('object', 'array') THEN
         RAISE EXCEPTION 'events must be a JSON object (one event) or an array of events'
@@ -185,16 +186,30 @@ BEGIN
         ) t
         WHERE v_consumers
         ORDER BY s.ord, c.id
+        RETURNING consumer_id, lane, id
     )
-    SELECT array_agg(ROW(s.ord,
+    SELECT (SELECT jsonb_agg(jsonb_build_array(h.consumer_id, h.lane, h.first))
+            FROM (SELECT x.consumer_id, x.lane, min(x.id) AS first FROM dl x GROUP BY x.consumer_id, x.lane) h),
+           array_agg(ROW(s.ord,
                          CASE WHEN s.problem IS NOT NULL THEN 'refused'
                               WHEN st.ord IS NOT NULL THEN 'stored' ELSE 'duplicate' END,
                          CASE WHEN s.p_id IS NULL THEN s.eid END,
                          CASE WHEN st.ord IS NOT NULL THEN now() END,
                          s.problem[1], s.problem[2])::event_private.ingested ORDER BY s.ord)
-    INTO v_res
+    INTO v_heads, v_res
     FROM src s
     LEFT JOIN stored st ON st.ord = s.ord;
+
+    -- Wake idle belt workers when a lane had nothing waiting: behind waiting deliveries the
+    -- workers are busy with the lane already, and a notifying commit takes a database-wide lock
+    -- (profile_private.inbox_add does the same for the profile updater).
+    IF v_heads IS NOT NULL AND EXISTS (
+            SELECT FROM jsonb_array_elements(v_heads) h
+            WHERE NOT EXISTS (SELECT FROM event.deliveries d
+                              WHERE d.consumer_id = (h ->> 0)::bigint AND d.lane = (h ->> 1)::smallint
+                                AND d.id < (h ->> 2)::bigint)) THEN
+        PERFORM pg_notify('silo_belt', '');
+    END IF;
 
     -- When the duplicates were first stored: a new statement, which sees the rows of the
     -- concurrent calls that ON CONFLICT waited for.
@@ -210,7 +225,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION event_private.ingest(jsonb, jsonb) IS
-    'Ingests p_events (one event object or a JSON array of them) in the caller''s transaction; p_bad (default NULL): {"<ord>": "<reason>"} for elements that stand for unreadable input, refused with SEEVT and the reason. Each valid event whose grnry-event-id is not stored yet (and not earlier in p_events) is stored in event.events and event.event_ids and delivered (event.deliveries) to every consumer of its type, in the lane of the final profile-link target of its correlation id. Returns one event_private.ingested per element, in order. Refusals: SEEVT (not an object, event_headers not an object, event_payload missing, unreadable), SEHDR (grnry-event-id or grnry-event-type missing, not a string, empty or over 255 characters; grnry-correlation-id the same with 512 bytes; grnry-harvester-name or grnry-event-type-version not a string), SETIM (grnry-event-timestamp neither epoch milliseconds nor ISO 8601, or outside 1970..9999). Raises SLINV when p_events is neither an object nor an array.';
+    'Ingests p_events (one event object or a JSON array of them) in the caller''s transaction; p_bad (default NULL): {"<ord>": "<reason>"} for elements that stand for unreadable input, refused with SEEVT and the reason. Each valid event whose grnry-event-id is not stored yet (and not earlier in p_events) is stored in event.events and event.event_ids and delivered (event.deliveries) to every consumer of its type, in the lane of the final profile-link target of its correlation id, and notifies silo_belt (empty payload) when a lane it delivered to had nothing waiting, to wake idle belt workers. Returns one event_private.ingested per element, in order. Refusals: SEEVT (not an object, event_headers not an object, event_payload missing, unreadable), SEHDR (grnry-event-id or grnry-event-type missing, not a string, empty or over 255 characters; grnry-correlation-id the same with 512 bytes; grnry-harvester-name or grnry-event-type-version not a string), SETIM (grnry-event-timestamp neither epoch milliseconds nor ISO 8601, or outside 1970..9999). Raises SLINV when p_events is neither an object nor an array.';
 
 -- A view rather than RETURNS TABLE, as api.profile_apply_results: its row type is the function's,
 -- and sqlc reads it.
@@ -228,7 +243,7 @@ AS $$
     SELECT i.ord, i.status, i.event_id, i.first_stored, i.sqlstate, i.reason FROM event_private.ingest(p_events) i;
 $$;
 COMMENT ON FUNCTION api.event_ingest(jsonb) IS
-    'Stores events, as psql''s counterpart of POST /events. p_events (no default): one event {"event_headers": {...}, "event_payload": <any JSON>} or a JSON array of them. Headers: grnry-event-id (required string, 1 to 255 characters: deduplicates), grnry-event-type (required string, 1 to 255 characters: which consumers receive it), grnry-correlation-id (required string, 1 to 512 bytes), grnry-event-timestamp (optional: epoch milliseconds as a number or a string of digits, or an ISO 8601 date-time, UTC without offset; absent or null: the time of ingest), grnry-harvester-name and grnry-event-type-version (optional strings); any other header is kept as sent. Returns one row per event, in order: ord (from 1), status stored | duplicate (an event with its id is stored already, or came earlier in p_events: not stored or delivered again) | refused, event_id, first_stored (when its id was first stored; now for stored), and for a refused event sqlstate and reason: SEEVT (not an object, event_headers not an object, event_payload missing), SEHDR (a header breaks its rule), SETIM (invalid grnry-event-timestamp). Refused events cost the others nothing. Each stored event is delivered (event.deliveries) to every consumer whose event types hold its type. Raises SLINV when p_events is NULL or neither an object nor an array; transient errors (40P01, 55P03, 57014, 53xxx, 08xxx) roll back the whole call.';
+    'Stores events, as psql''s counterpart of POST /events. p_events (no default): one event {"event_headers": {...}, "event_payload": <any JSON>} or a JSON array of them. Headers: grnry-event-id (required string, 1 to 255 characters: deduplicates), grnry-event-type (required string, 1 to 255 characters: which consumers receive it), grnry-correlation-id (required string, 1 to 512 bytes), grnry-event-timestamp (optional: epoch milliseconds as a number or a string of digits, or an ISO 8601 date-time, UTC without offset; absent or null: the time of ingest), grnry-harvester-name and grnry-event-type-version (optional strings); any other header is kept as sent. Returns one row per event, in order: ord (from 1), status stored | duplicate (an event with its id is stored already, or came earlier in p_events: not stored or delivered again) | refused, event_id, first_stored (when its id was first stored; now for stored), and for a refused event sqlstate and reason: SEEVT (not an object, event_headers not an object, event_payload missing), SEHDR (a header breaks its rule), SETIM (invalid grnry-event-timestamp). Refused events cost the others nothing. Each stored event is delivered (event.deliveries) to every consumer whose event types hold its type; notifies silo_belt when a lane it delivered to had nothing waiting. Raises SLINV when p_events is NULL or neither an object nor an array; transient errors (40P01, 55P03, 57014, 53xxx, 08xxx) roll back the whole call.';
 
 CREATE VIEW api.event_ingest_results AS
 SELECT NULL::integer AS request, NULL::integer AS ord, NULL::text AS status, NULL::text AS event_id,

@@ -50,7 +50,7 @@
 DO $python$
 DECLARE
     v_runtime text := $runtime$
-"""Silo's Python belt runtime (sql/belt/06_python.sql): runs Granary callback.py sources."""
+"""Silo's Python belt runtime (sql/belt/07_python.sql): runs Granary callback.py sources."""
 import builtins
 import ctypes
 import datetime
