@@ -299,7 +299,10 @@ func TestUpdaterListenWakesIdleWorkers(t *testing.T) {
 	// Once listening, the listener wakes every stream (for what was enqueued before): then it hears.
 	listening := []<-chan struct{}{u.wake["high"].channel(), u.wake["low"].channel()}
 	done := make(chan struct{})
-	go func() { defer close(done); listenLoop(ctx, u.pool, "silo profile updater listener", InboxChannel, u.cfg.Logger, u.notified) }()
+	go func() {
+		defer close(done)
+		listenLoop(ctx, u.pool, "silo profile updater listener", InboxChannel, u.cfg.Logger, u.notified)
+	}()
 	t.Cleanup(func() { cancel(); <-done })
 	for _, c := range listening {
 		select {
