@@ -589,3 +589,90 @@ func TestBeltProcessKilledStepLosesNothing(t *testing.T) {
 		WHERE correlation_id = 'c1' AND path = '/n' AND pit = '_latest'`).Scan(&c1))
 	require.Equal(t, "2", c1, "each event once")
 }
+
+// pyBeltOf creates a Python belt of the test's event type with source src.
+func (e *beltEnv) pyBeltOf(src, fetch string, env map[string]string) int64 {
+	e.t.Helper()
+	var extra []map[string]string
+	for k, v := range env {
+		extra = append(extra, map[string]string{"name": k, "value": v})
+	}
+	fields := map[string]any{"name": "$NAME", "eventTypes": []string{e.evType()}, "extractorFn": src, "fetchProfile": fetch}
+	if extra != nil {
+		fields["extraEnv"] = extra
+	}
+	d := e.create(fields)
+	require.Equal(e.t, "RUNNING", d.Status, "%v", d.StatusReason)
+	return e.id(d)
+}
+
+// The seed's simple callback, unchanged, end to end: FETCH_PROFILE TRUE gives it the profile of a
+// correlation id it has never seen, and its update lands in the store.
+func TestBeltProcessPythonSeedCallback(t *testing.T) {
+	t.Parallel()
+	e := newBeltEnv(t)
+	requirePython(t, e.tx)
+	belt := e.pyBeltOf(pyTestdata(t, "seed_simple.py"), "TRUE", nil)
+	e.ingest(`e1 visitor-9 {"body": "{}"}`)
+	r := e.step(belt)
+	require.Equal(t, int32(1), r.Processed, "%+v", r)
+	var v, origin, ttl string
+	var c float64
+	require.NoError(t, e.tx.QueryRow(e.ctx, `SELECT value #>> '{}', origin, ttl, certainty FROM profile.profilestore
+		WHERE correlation_id = 'visitor-9' AND profile_type = 'TestProfileType' AND path = '/dummy' AND pit = '_latest'`).Scan(&v, &origin, &ttl, &c))
+	require.Equal(t, "Hello Belt!", v)
+	require.Equal(t, "Dummy-Belt", origin)
+	require.Equal(t, "P1D", ttl)
+	require.Equal(t, 0.5, c)
+}
+
+// A Python belt's outcomes through the step: RetryException waits with back-off, an exception is
+// dead-lettered with its traceback, a timeout is retried, LAZY fetches profiles itself, and the
+// default _origin is the belt's.
+func TestBeltProcessPythonOutcomes(t *testing.T) {
+	t.Parallel()
+	e := newBeltEnv(t)
+	requirePython(t, e.tx)
+	src := `from grnry_belt.exceptions.exception import RetryException
+import time
+
+def execute(event_headers, event_payload, profile=None):
+    cid = event_headers['grnry-correlation-id']
+    kind = event_payload.get('kind')
+    if kind == 'retry':
+        raise RetryException('not yet')
+    if kind == 'boom':
+        raise ValueError('bad payload')
+    if kind == 'slow':
+        time.sleep(5)
+    seen = profileClient.getProfile(cid)
+    u = Update(cid, ['seen'])
+    u.set_value('yes' if seen else 'no')
+    return [u]
+`
+	belt := e.pyBeltOf(src, "LAZY", map[string]string{"CALLBACK_TIMEOUT_SEC": "0.3", "RETRY_BACK_OFF_INITIAL_INTERVAL_SEC": "7"})
+	e.ingest(`e1 c1 {}`, `e2 c2 {"kind": "retry"}`, `e3 c2 {}`, `e4 c3 {"kind": "boom"}`, `e5 c4 {"kind": "slow"}`)
+	r := e.step(belt)
+	require.Equal(t, int32(1), r.Processed, "%+v", r)
+	require.Equal(t, int32(2), r.Retried, "the retry and the timeout")
+	require.Equal(t, int32(1), r.DeadLettered)
+	require.Equal(t, int32(3), r.Failed)
+	require.Equal(t, fmt.Sprintf(`"no"@/belts/%d`, belt), e.grain("c1", "/seen"))
+	require.Equal(t, "", e.grain("c2", "/seen"), "the event after the retry waits")
+	attempts, wait, state := e.lane(belt, "c2")
+	require.Equal(t, 1, attempts)
+	require.InDelta(t, 7, wait.Seconds(), 1)
+	require.Equal(t, "SBRTY", state)
+	_, _, state = e.lane(belt, "c4")
+	require.Equal(t, "57014", state)
+	dls := e.deadLetters(belt)
+	require.Len(t, dls, 1)
+	require.Equal(t, "ValueError: bad payload", dls[0].Error)
+	require.Contains(t, dls[0].Trace, "raise ValueError")
+	require.Empty(t, dls[0].SQLState)
+
+	// LAZY: the profile exists now.
+	e.ingest(`e6 c1 {}`)
+	require.Equal(t, int32(1), e.step(belt).Processed)
+	require.Contains(t, e.grain("c1", "/seen"), `"yes"`)
+}
