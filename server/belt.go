@@ -238,8 +238,8 @@ func (s *server) beltDeadLetterList(w http.ResponseWriter, r *http.Request) {
 	writePage(w, r, raw, offset, pageSize)
 }
 
-// POST /belts/{id}/dead-letters/replay with {"ids": ["12", 13]} (the dead letters to replay) or an
-// empty body or {} (every dead letter not replayed yet): {"replayed": n}.
+// POST /belts/{id}/dead-letters/replay with {"ids": ["12", 13]} (the dead letters to replay) or {}
+// (every dead letter not replayed yet): {"replayed": n}.
 func (s *server) beltDeadLetterReplay(w http.ResponseWriter, r *http.Request) {
 	if !s.admin(w, r) {
 		return
@@ -255,14 +255,11 @@ func (s *server) beltDeadLetterReplay(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		IDs *[]json.Number `json:"ids"`
 	}
-	if len(bytes.TrimSpace(body)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid-request-structure",
-				`the body must be empty, {} or {"ids": [dead letter ids]}`, nil)
-			return
-		}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid-request-structure", `the body must be {} or {"ids": [dead letter ids]}`, nil)
+		return
 	}
 	var ids []int64
 	if req.IDs != nil {

@@ -289,3 +289,66 @@ func FuzzBeltCreate(f *testing.F) {
 		require.True(t, code < 500 || code == 501, "PUT body %q: %d", body, code)
 	})
 }
+
+// Dead letters over HTTP: a belt step dead-letters an event, GET lists it with paging links and the
+// replayed filter, POST replays it (all, or by ids), and bad requests are 400s, other tokens 403.
+func TestBeltDeadLettersAPI(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `CREATE FUNCTION public.picky(h jsonb, p jsonb) RETURNS jsonb LANGUAGE sql AS $$
+		SELECT api.set_value(api.update(h ->> 'grnry-correlation-id', '{n}'), (p ->> 'n')::int::text) $$`)
+	require.NoError(t, err)
+	admin := "Bearer " + b.admin
+	status, created := b.do(t, "POST", "/belts", admin, `{"name": "picky", "eventTypes": ["num"], "sqlCallback": "picky"}`)
+	require.Equal(t, 201, status)
+	id := created["id"].(string)
+	status, evs := b.do(t, "POST", "/events", admin, `[{"event_headers": {"grnry-event-id": "n1", "grnry-event-type": "num", "grnry-correlation-id": "c1"}, "event_payload": {"n": "x"}},
+		{"event_headers": {"grnry-event-id": "n2", "grnry-event-type": "num", "grnry-correlation-id": "c2"}, "event_payload": {"n": "y"}}]`)
+	require.Equal(t, 200, status, "%v", evs)
+	_, err = b.pool.Exec(ctx, `SELECT * FROM api.belt_process()`)
+	require.NoError(t, err)
+
+	for _, auth := range []string{"Bearer " + b.writer, "Bearer " + b.reader} {
+		status, body := b.do(t, "GET", "/belts/"+id+"/dead-letters", auth, "")
+		require.Equal(t, 403, status)
+		require.Equal(t, "forbidden", errID(body))
+		status, _ = b.do(t, "POST", "/belts/"+id+"/dead-letters/replay", auth, "")
+		require.Equal(t, 403, status)
+	}
+	status, page := b.do(t, "GET", "/belts/"+id+"/dead-letters?pagesize=1", admin, "")
+	require.Equal(t, 200, status)
+	require.Equal(t, 2.0, page["totalCount"])
+	items := page["items"].([]any)
+	require.Len(t, items, 1)
+	first := items[0].(map[string]any)
+	require.Equal(t, "n1", first["eventId"])
+	require.Equal(t, "22P02", first["sqlstate"])
+	require.Equal(t, map[string]any{"n": "x"}, first["event_payload"])
+	require.Contains(t, page["_links"].(map[string]any)["next"].(map[string]any)["href"], "offset=1")
+
+	for _, body := range []string{`{"ids": ["x"]}`, `{"ids": [0]}`, `{"other": 1}`, `[1]`} {
+		status, resp := b.do(t, "POST", "/belts/"+id+"/dead-letters/replay", admin, body)
+		require.Equal(t, 400, status, body)
+		require.Equal(t, "invalid-request-structure", errID(resp))
+	}
+	status, resp := b.do(t, "POST", "/belts/"+id+"/dead-letters/replay", admin, `{"ids": [`+fmt.Sprint(first["id"])+`]}`)
+	require.Equal(t, 200, status)
+	require.Equal(t, 1.0, resp["replayed"])
+	status, page = b.do(t, "GET", "/belts/"+id+"/dead-letters?replayed=false", admin, "")
+	require.Equal(t, 200, status)
+	require.Equal(t, 1.0, page["totalCount"])
+	status, resp = b.do(t, "POST", "/belts/"+id+"/dead-letters/replay", admin, "{}")
+	require.Equal(t, 200, status)
+	require.Equal(t, 1.0, resp["replayed"])
+	status, body := b.do(t, "GET", "/belts/"+id+"/dead-letters?replayed=maybe", admin, "")
+	require.Equal(t, 400, status, "%v", body)
+	status, body = b.do(t, "GET", "/belts/999999/dead-letters", admin, "")
+	require.Equal(t, 404, status)
+	require.Equal(t, "unknown-resource", errID(body))
+	status, _ = b.do(t, "POST", "/belts/999999/dead-letters/replay", admin, "{}")
+	require.Equal(t, 404, status)
+	var pending int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM event.deliveries WHERE dead_letter_id IS NOT NULL`).Scan(&pending))
+	require.Equal(t, 2, pending, "both dead letters are delivered again")
+}
