@@ -10,12 +10,14 @@
 -- (an invalid one is dead-lettered there with its reason, the event's other updates apply), as it
 -- does for a Python callback's updates. Left out of the message is what the processing step and
 -- the store default: _origin (/belts/{id}), _c (1), _in (now), _ttl (P100Y), _reader (_auth).
--- They are SQL functions (inlined into a set-based callback's statement) and IMMUTABLE, except
--- api.belt_retry, which raises.
+-- They are SQL functions of one expression, STABLE as the JSON builders they call, so that
+-- PostgreSQL inlines them into a set-based callback's statement (a function declared IMMUTABLE
+-- around a STABLE builder is not inlined, and each call then costs a function call's setup, about
+-- a hundred times the expression); api.belt_retry raises.
 
 CREATE FUNCTION api.update(p_id text, p_path text[], p_operation text DEFAULT '_set', p_profile_type text DEFAULT '_d')
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
     SELECT jsonb_build_object('_schema', NULL, '_operation', coalesce(p_operation, '_set'), '_id', p_id,
                               '_path', to_jsonb(p_path), '_profile_type', coalesce(p_profile_type, '_d'));
@@ -27,7 +29,7 @@ CREATE FUNCTION api.set_value(p_update jsonb, p_value jsonb, p_certainty double 
                               p_in numeric DEFAULT NULL, p_ttl text DEFAULT NULL, p_origin text DEFAULT NULL,
                               p_reader text DEFAULT NULL)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
     SELECT p_update || jsonb_build_object('_value', jsonb_build_object('_v', p_value) || jsonb_strip_nulls(jsonb_build_object(
         '_c', p_certainty,
@@ -43,16 +45,21 @@ CREATE FUNCTION api.set_value(p_update jsonb, p_value text, p_certainty double p
                               p_in numeric DEFAULT NULL, p_ttl text DEFAULT NULL, p_origin text DEFAULT NULL,
                               p_reader text DEFAULT NULL)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
-    SELECT api.set_value(p_update, to_jsonb(p_value), p_certainty, p_in, p_ttl, p_origin, p_reader);
+    SELECT p_update || jsonb_build_object('_value', jsonb_build_object('_v', p_value) || jsonb_strip_nulls(jsonb_build_object(
+        '_c', p_certainty,
+        '_in', CASE WHEN abs(p_in) < 100000000000 THEN round(p_in * 1000) ELSE round(p_in) END,
+        '_ttl', p_ttl,
+        '_origin', p_origin,
+        '_reader', p_reader)));
 $$;
 COMMENT ON FUNCTION api.set_value(jsonb, text, double precision, numeric, text, text, text) IS
     'api.set_value with a text value (a JSON string; also what a quoted literal such as set_value(u, ''x'') resolves to). Arguments and defaults as api.set_value(jsonb, jsonb, ...). Raises nothing.';
 
 CREATE FUNCTION api.set_type(p_update jsonb, p_profile_type text)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
     SELECT p_update || jsonb_build_object('_profile_type', p_profile_type);
 $$;
@@ -61,7 +68,7 @@ COMMENT ON FUNCTION api.set_type(jsonb, text) IS
 
 CREATE FUNCTION api.set_operation(p_update jsonb, p_operation text)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
     SELECT p_update || jsonb_build_object('_operation', p_operation);
 $$;
@@ -70,7 +77,7 @@ COMMENT ON FUNCTION api.set_operation(jsonb, text) IS
 
 CREATE FUNCTION api.set_schema(p_update jsonb, p_schema text)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
     SELECT p_update || jsonb_build_object('_schema', p_schema);
 $$;

@@ -69,7 +69,7 @@ CREATE TYPE belt_private.outcome AS (
     long_running boolean
 );
 COMMENT ON TYPE belt_private.outcome IS
-    'What a callback made of one item: n (the item''s), status (ok, retry, timeout, transient, error, missing: no event to process), updates (a JSON array of update messages, for ok), skipped (results that were not updates), error, traceback (Python''s, or the SQL context), sqlstate (of a SQL error), ms (the call''s time), long_running (longer than CALLBACK_LONGRUNNING_SEC).';
+    'What a callback made of one item: n (the item''s), status (ok, retry, timeout, transient, error, missing: no event to process, waiting: not run, behind a retry of its lane; the step then settles retry, timeout and transient into blocked, or exhausted when the retries ran out, and what follows a blocked item into waiting), updates (for ok: a JSON array of the callback''s results, of which the step applies the objects), skipped (results the Python runtime skipped), error, traceback (Python''s, or the SQL context), sqlstate (of a SQL error), ms (the call''s time), long_running (longer than CALLBACK_LONGRUNNING_SEC).';
 
 -- The lanes' order is their oldest delivery's, so a backlog drains oldest first.
 CREATE FUNCTION belt_private.lock_lanes(p_consumer bigint, p_max integer, p_only smallint[])
@@ -139,24 +139,6 @@ $$;
 COMMENT ON FUNCTION belt_private.profile_doc(text, text) IS
     'The profile a callback with FETCH_PROFILE TRUE receives: {"correlationId", "type", "jsonPayload"} of profile type p_profile_type for correlation id p_correlation_id after its profile links (api.profile_link_resolve), read by api.profile_get with its history; a profile that does not exist is {"correlationId", "type", "jsonPayload": {"_id": id}}. Raises nothing of its own.';
 
--- Granary's result rule, for a SQL callback's jsonb: NULL or [] is no update, an object one update,
--- an array's objects updates and its other elements skipped, any other value skipped.
-CREATE FUNCTION belt_private.updates_of(p_result jsonb, OUT updates jsonb, OUT skipped integer)
-LANGUAGE sql IMMUTABLE
-AS $$
-    SELECT CASE jsonb_typeof(p_result)
-               WHEN 'object' THEN jsonb_build_array(p_result)
-               WHEN 'array' THEN coalesce((SELECT jsonb_agg(e ORDER BY o) FROM jsonb_array_elements(p_result) WITH ORDINALITY AS x(e, o)
-                                           WHERE jsonb_typeof(e) = 'object'), '[]')
-               ELSE '[]' END,
-           CASE jsonb_typeof(p_result)
-               WHEN 'array' THEN (SELECT count(*)::integer FROM jsonb_array_elements(p_result) e WHERE jsonb_typeof(e) <> 'object')
-               WHEN 'object' THEN 0 WHEN 'null' THEN 0 WHEN NULL THEN 0
-               ELSE 1 END;
-$$;
-COMMENT ON FUNCTION belt_private.updates_of(jsonb) IS
-    'The updates in a SQL callback''s result p_result and how many of its elements were skipped: NULL, JSON null or [] give none; an object is one update; an array gives its objects, in order, and skips its other elements; any other value (a string, a number) is skipped. Raises nothing.';
-
 CREATE FUNCTION belt_private.callback_call(p_belt belt.belts)
 RETURNS text
 LANGUAGE sql STABLE
@@ -166,7 +148,10 @@ $$;
 COMMENT ON FUNCTION belt_private.callback_call(belt.belts) IS
     'The name by which a SQL belt''s callback is called (schema-qualified where the search path needs it), NULL when the function of its signature no longer exists. Raises nothing.';
 
--- One statement over every item; only when it raises, one subtransaction per item.
+-- One statement over every item; only when it raises, one subtransaction per item. Granary's result
+-- rule for a SQL callback's jsonb (NULL or [] no update, an object one update, an array's objects
+-- updates and its other elements skipped, any other value skipped) is an expression written into
+-- the statement, not a function call, and the step applies only the objects.
 CREATE FUNCTION belt_private.run_sql(p_belt belt.belts, p_items belt_private.item[])
 RETURNS belt_private.outcome[]
 LANGUAGE plpgsql VOLATILE
@@ -188,8 +173,9 @@ DECLARE
 BEGIN
     BEGIN
         EXECUTE format($q$
-            SELECT array_agg(ROW(r.n, CASE WHEN r.missing THEN 'missing' ELSE 'ok' END, u.updates, u.skipped,
-                                 NULL, NULL, NULL, r.ms, r.ms > $3)::belt_private.outcome ORDER BY r.n)
+            SELECT array_agg(ROW(r.n, CASE WHEN r.missing THEN 'missing' ELSE 'ok' END,
+                                 CASE jsonb_typeof(r.res) WHEN 'object' THEN jsonb_build_array(r.res) WHEN 'array' THEN r.res ELSE '[]' END,
+                                 0, NULL, NULL, NULL, r.ms, r.ms > $3)::belt_private.outcome ORDER BY r.n)
             FROM (SELECT c.n, c.missing, c.res,
                          extract(epoch FROM c.t - lag(c.t, 1, $2) OVER (ORDER BY c.n)) * 1000 AS ms
                   FROM (SELECT i.n, i.headers IS NULL AS missing,
@@ -197,7 +183,6 @@ BEGIN
                                clock_timestamp() AS t
                         FROM unnest($1) AS i
                         OFFSET 0) c) r
-            CROSS JOIN LATERAL belt_private.updates_of(r.res) u
         $q$, v_fn, v_args) INTO v_out USING p_items, clock_timestamp(), v_long;
         RETURN v_out;
     EXCEPTION WHEN OTHERS THEN
@@ -210,14 +195,16 @@ BEGIN
             v_out := v_out || ROW(v_it.n, 'missing', '[]', 0, NULL, NULL, NULL, 0, false)::belt_private.outcome;
             CONTINUE;
         ELSIF v_it.lane = ANY (v_blocked) THEN
+            v_out := v_out || ROW(v_it.n, 'waiting', '[]', 0, NULL, NULL, NULL, 0, false)::belt_private.outcome;
             CONTINUE;
         END IF;
         v_t := clock_timestamp();
         BEGIN
             EXECUTE format('SELECT %s(%s)', v_fn, v_args) INTO v_u USING v_it.headers, v_it.payload, v_it.profile;
             v_ms := extract(epoch FROM clock_timestamp() - v_t) * 1000;
-            v_out := v_out || (SELECT ROW(v_it.n, 'ok', u.updates, u.skipped, NULL, NULL, NULL, v_ms, v_ms > v_long)::belt_private.outcome
-                               FROM belt_private.updates_of(v_u) u);
+            v_out := v_out || ROW(v_it.n, 'ok',
+                                  CASE jsonb_typeof(v_u) WHEN 'object' THEN jsonb_build_array(v_u) WHEN 'array' THEN v_u ELSE '[]' END,
+                                  0, NULL, NULL, NULL, v_ms, v_ms > v_long)::belt_private.outcome;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
                                     v_detail = PG_EXCEPTION_DETAIL, v_ctx = PG_EXCEPTION_CONTEXT;

@@ -157,25 +157,31 @@ BEGIN
     END IF;
 
     -- Each lane: the first item that blocks it (retry, timeout, transient) and its retry count.
-    SELECT array_agg(ROW(l.lane, l.n_block, b.status, b.error, b.sqlstate, coalesce(b.long_running, false),
-                         l.n_first, l.prev, l.attempts,
-                         b.status IN ('retry', 'timeout') AND v_belt.retry_max_retries >= 0
+    -- v_out holds one outcome per item, in item order (v_out[n] is item n's), so nothing is joined.
+    SELECT array_agg(ROW(l.lane, l.n_block, (v_out[l.n_block]).status, (v_out[l.n_block]).error, (v_out[l.n_block]).sqlstate,
+                         coalesce((v_out[l.n_block]).long_running, false), l.n_first, l.prev, l.attempts,
+                         (v_out[l.n_block]).status IN ('retry', 'timeout') AND v_belt.retry_max_retries >= 0
                              AND l.attempts > v_belt.retry_max_retries)::belt_private.lane_result)
     INTO v_lres
     FROM (SELECT g.*, CASE WHEN g.n_block = g.n_first THEN g.prev ELSE 0 END + 1 AS attempts
           FROM (SELECT i.lane, min(i.n) AS n_first,
-                       min(o.n) FILTER (WHERE o.status IN ('retry', 'timeout', 'transient')) AS n_block,
+                       min(i.n) FILTER (WHERE (v_out[i.n]).status IN ('retry', 'timeout', 'transient')) AS n_block,
                        (SELECT cl.attempts FROM event.consumer_lanes cl
                         WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = i.lane) AS prev
-                FROM unnest(v_items) i LEFT JOIN unnest(v_out) o ON o.n = i.n
-                GROUP BY i.lane) g) l
-    LEFT JOIN unnest(v_out) b ON b.n = l.n_block;
-    -- Outcomes after a lane's blocking item do not count: those events wait (Python ran them all).
-    -- The blocking item's own outcome stays only when its retries ran out: it is dead-lettered.
-    v_out := ARRAY(SELECT o FROM unnest(v_out) o JOIN unnest(v_items) i ON i.n = o.n
-                   JOIN unnest(v_lres) l ON l.lane = i.lane
-                   WHERE l.n_block IS NULL OR o.n < l.n_block OR (o.n = l.n_block AND l.exhausted)
-                   ORDER BY o.n);
+                FROM unnest(v_items) AS i
+                GROUP BY i.lane) g) l;
+    -- Settled: the blocking item is blocked, or exhausted when its retries ran out (it is
+    -- dead-lettered); what follows it in its lane waits (Python ran them all; SQL did not run them).
+    v_out := ARRAY(
+        SELECT ROW((v_out[i.n]).n,
+                   CASE WHEN l.n_block IS NULL OR (v_out[i.n]).n < l.n_block THEN (v_out[i.n]).status
+                        WHEN (v_out[i.n]).n = l.n_block THEN CASE WHEN l.exhausted THEN 'exhausted' ELSE 'blocked' END
+                        ELSE 'waiting' END,
+                   (v_out[i.n]).updates, (v_out[i.n]).skipped, (v_out[i.n]).error, (v_out[i.n]).traceback, (v_out[i.n]).sqlstate, (v_out[i.n]).ms,
+                   (v_out[i.n]).long_running AND (l.n_block IS NULL OR (v_out[i.n]).n <= l.n_block))::belt_private.outcome
+        FROM unnest(v_items) AS i
+        JOIN unnest(v_lres) l ON l.lane = i.lane
+        ORDER BY (v_out[i.n]).n);
 
     -- The updates of the processed events, in delivery order, with the belt's default _origin.
     SELECT jsonb_agg(CASE WHEN jsonb_typeof(u.m -> '_value') = 'object' AND NOT (u.m -> '_value') ? '_origin'
@@ -184,7 +190,7 @@ BEGIN
     INTO v_updates
     FROM unnest(v_out) o
     CROSS JOIN LATERAL jsonb_array_elements(o.updates) WITH ORDINALITY AS u(m, k)
-    WHERE o.status = 'ok';
+    WHERE o.status = 'ok' AND jsonb_typeof(u.m) = 'object';
     v_t0 := clock_timestamp();
     IF v_updates IS NOT NULL THEN
         SELECT count(*), count(*) FILTER (WHERE r.status = 'dead_letter')
@@ -194,23 +200,24 @@ BEGIN
     apply_ms := extract(epoch FROM clock_timestamp() - v_t0) * 1000;
 
     -- Dead letters: errors, and retries that ran out. retries: how often the event was retried.
-    SELECT count(belt_private.dead_letter_add(
-               v_belt, i,
-               CASE WHEN o.status = 'error' THEN o.error
-                    ELSE format('retries exhausted after %s retries: %s', l.attempts - 1, o.error) END,
-               o.traceback,
-               CASE WHEN o.status = 'error' THEN o.sqlstate ELSE 'SBRTX' END,
-               CASE WHEN o.status <> 'error' THEN l.attempts - 1 WHEN o.n = l.n_first THEN l.prev ELSE 0 END))::integer
-    INTO dead_lettered
-    FROM unnest(v_out) o
-    JOIN unnest(v_items) i ON i.n = o.n
-    JOIN unnest(v_lres) l ON l.lane = i.lane
-    WHERE o.status IN ('error', 'retry', 'timeout');
+    IF EXISTS (SELECT FROM unnest(v_out) o WHERE o.status IN ('error', 'exhausted')) THEN
+        SELECT count(belt_private.dead_letter_add(
+                   v_belt, i,
+                   CASE WHEN (v_out[i.n]).status = 'error' THEN (v_out[i.n]).error
+                        ELSE format('retries exhausted after %s retries: %s', l.attempts - 1, (v_out[i.n]).error) END,
+                   (v_out[i.n]).traceback,
+                   CASE WHEN (v_out[i.n]).status = 'error' THEN (v_out[i.n]).sqlstate ELSE 'SBRTX' END,
+                   CASE WHEN (v_out[i.n]).status = 'exhausted' THEN l.attempts - 1 WHEN (v_out[i.n]).n = l.n_first THEN l.prev ELSE 0 END))::integer
+        INTO dead_lettered
+        FROM unnest(v_items) AS i
+        JOIN unnest(v_lres) l ON l.lane = i.lane
+        WHERE (v_out[i.n]).status IN ('error', 'exhausted');
+    END IF;
 
-    -- The deliveries it is done with: every outcome kept (the waiting ones were left out above).
+    -- The deliveries it is done with.
     DELETE FROM event.deliveries d
-    USING unnest(v_out) o JOIN unnest(v_items) i ON i.n = o.n
-    WHERE d.id = i.delivery_id;
+    WHERE d.id = ANY (ARRAY(SELECT i.delivery_id FROM unnest(v_items) AS i
+                            WHERE (v_out[i.n]).status IN ('ok', 'error', 'missing', 'exhausted')));
 
     -- The lanes' state and counters.
     UPDATE event.consumer_lanes cl
@@ -224,24 +231,23 @@ BEGIN
         dead_lettered = cl.dead_lettered + c.dead,
         long_running = cl.long_running + c.long_count
     FROM (SELECT l.lane, l.attempts, l.error, l.sqlstate, l.n_block IS NOT NULL AND NOT l.exhausted AS waits,
-                 count(o.n) FILTER (WHERE o.status = 'ok') AS processed,
-                 count(o.n) FILTER (WHERE o.status IN ('error', 'retry', 'timeout'))
-                     + CASE WHEN l.n_block IS NOT NULL AND NOT l.exhausted THEN 1 ELSE 0 END AS failed,
-                 count(o.n) FILTER (WHERE o.status IN ('error', 'retry', 'timeout')) AS dead,
-                 count(o.n) FILTER (WHERE o.long_running)
-                     + CASE WHEN l.n_block IS NOT NULL AND NOT l.exhausted AND l.block_long THEN 1 ELSE 0 END AS long_count
+                 k.processed, k.failed, k.dead, k.long_count
           FROM unnest(v_lres) l
-          LEFT JOIN (unnest(v_out) o JOIN unnest(v_items) i ON i.n = o.n) ON i.lane = l.lane
-          GROUP BY l.lane, l.attempts, l.error, l.sqlstate, l.n_block, l.exhausted, l.block_long) c
+          JOIN (SELECT i.lane,
+                       count(*) FILTER (WHERE (v_out[i.n]).status = 'ok') AS processed,
+                       count(*) FILTER (WHERE (v_out[i.n]).status IN ('error', 'exhausted', 'blocked')) AS failed,
+                       count(*) FILTER (WHERE (v_out[i.n]).status IN ('error', 'exhausted')) AS dead,
+                       count(*) FILTER (WHERE (v_out[i.n]).long_running) AS long_count
+                FROM unnest(v_items) AS i
+                GROUP BY i.lane) k ON k.lane = l.lane) c
     WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = c.lane;
+
     SELECT count(*) FILTER (WHERE o.status = 'ok'),
-           count(*) FILTER (WHERE o.status IN ('error', 'retry', 'timeout')),
+           count(*) FILTER (WHERE o.status IN ('error', 'exhausted', 'blocked')),
+           count(*) FILTER (WHERE o.status = 'blocked'),
            count(*) FILTER (WHERE o.long_running)
-    INTO processed, failed, long_running
+    INTO processed, failed, retried, long_running
     FROM unnest(v_out) o;
-    SELECT failed + count(*), long_running + count(*) FILTER (WHERE l.block_long), count(*)
-    INTO failed, long_running, retried
-    FROM unnest(v_lres) l WHERE l.n_block IS NOT NULL AND NOT l.exhausted;
     more := taken >= v_max
             OR EXISTS (SELECT FROM event.deliveries d WHERE d.consumer_id = v_belt.consumer_id AND d.lane = ANY (v_lanes));
 END

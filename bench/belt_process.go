@@ -1,0 +1,242 @@
+package main
+
+// Workload 8: belts, end to end. beltEvents page views (a URL, a referrer, 2,000 correlation ids)
+// are sent to POST /events as NDJSON, 1,000 per request from beltClients clients, while the belt
+// workers of this process (beltWorkers, as `silo work` runs them) process them through a belt
+// whose callback writes 3 grains per event (the last URL, the referrer, a visit counter): timed
+// from the first request to the last event processed. Twice: a SQL callback (set-based) and the
+// same callback in Python, in the seed's shape (Update objects). Baseline: the same updates (3 per
+// event) applied directly with api.profile_apply_batch, in calls of 1,500 (500 events' worth), on
+// beltWorkers connections, each owning a share of the correlation ids. Targets: SQL ≥ 10,000
+// events/s and ≥ 0.6× the baseline; Python ≥ 3,000 events/s.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/silo-db/silo/db"
+	"github.com/silo-db/silo/worker"
+)
+
+const (
+	beltEvents       = 20000
+	beltClients      = 2
+	beltWorkers      = 2
+	beltCorrelations = 2000
+	beltSQLTarget    = 10000 // events/s
+	beltSQLRatio     = 0.6   // of api.profile_apply_batch
+	beltPyTarget     = 3000  // events/s
+)
+
+func init() {
+	register(workload{order: 80, only: []string{"belts"}, run: beltWorkload})
+}
+
+const beltSQLCallback = `CREATE FUNCTION public.bench_visit(event_headers jsonb, event_payload jsonb)
+RETURNS jsonb LANGUAGE sql AS $$
+    SELECT jsonb_build_array(
+        api.set_value(api.update(event_headers ->> 'grnry-correlation-id', '{web,last_url}'), event_payload ->> 'url'),
+        api.set_value(api.update(event_headers ->> 'grnry-correlation-id', '{web,referrer}'), event_payload ->> 'referrer'),
+        api.set_value(api.update(event_headers ->> 'grnry-correlation-id', '{web,visits}', '_inc'), '0|1|1'))
+$$`
+
+const beltPySource = `def execute(event_headers, event_payload):
+    cid = event_headers['grnry-correlation-id']
+    last = Update(cid, ['web', 'last_url'])
+    last.set_value(event_payload['url'])
+    ref = Update(cid, ['web', 'referrer'])
+    ref.set_value(event_payload['referrer'])
+    visits = Update(cid, ['web', 'visits'])
+    visits.set_value('0|1|1')
+    visits.set_operation('_inc')
+    return [last, ref, visits]
+`
+
+// beltRun is one run's input: NDJSON bodies per client, and the same updates per baseline
+// connection in calls of 1,500.
+type beltRun struct {
+	bodies  [][][]byte
+	updates [][][]byte
+}
+
+func beltInput(run int, typ string) beltRun {
+	var r beltRun
+	r.bodies = make([][][]byte, beltClients)
+	r.updates = make([][][]byte, beltWorkers)
+	var body bytes.Buffer
+	calls := make([][]string, beltWorkers)
+	for n := range beltEvents {
+		cid := cidName(n * 7919 % beltCorrelations)
+		url := "https://shop.example/products/" + strconv.Itoa(n%500)
+		ref := "https://search.example/?q=" + strconv.Itoa(n%37)
+		fmt.Fprintf(&body, `{"event_headers": {"grnry-event-id": "%s-r%d-%d", "grnry-event-type": %q, "grnry-correlation-id": %q}, "event_payload": {"url": %q, "referrer": %q}}`+"\n",
+			typ, run, n, typ, cid, url, ref)
+		if (n+1)%eventsPerRequest == 0 {
+			c := (n / eventsPerRequest) % beltClients
+			r.bodies[c] = append(r.bodies[c], bytes.Clone(body.Bytes()))
+			body.Reset()
+		}
+		w := (n * 7919 % beltCorrelations) % beltWorkers
+		calls[w] = append(calls[w],
+			fmt.Sprintf(`{"_id": %q, "_path": ["web", "last_url"], "_value": {"_v": %q, "_origin": "/belts/bench"}}`, cid, url),
+			fmt.Sprintf(`{"_id": %q, "_path": ["web", "referrer"], "_value": {"_v": %q, "_origin": "/belts/bench"}}`, cid, ref),
+			fmt.Sprintf(`{"_id": %q, "_path": ["web", "visits"], "_operation": "_inc", "_value": {"_v": "0|1|1", "_origin": "/belts/bench"}}`, cid))
+		if len(calls[w]) == 1500 {
+			r.updates[w] = append(r.updates[w], []byte("["+strings.Join(calls[w], ",")+"]"))
+			calls[w] = nil
+		}
+	}
+	for w := range calls {
+		if len(calls[w]) > 0 {
+			r.updates[w] = append(r.updates[w], []byte("["+strings.Join(calls[w], ",")+"]"))
+		}
+	}
+	return r
+}
+
+// beltEndToEnd sends the run's events from beltClients clients and waits until the belt has no
+// delivery left; events per second from the first request to then.
+func (bn *bench) beltEndToEnd(ctx context.Context, belt int64, r beltRun, errs *atomic.Int64) (float64, error) {
+	start := time.Now()
+	errc := make(chan error, len(r.bodies))
+	for c := range r.bodies {
+		go func() {
+			for _, b := range r.bodies[c] {
+				bad, err := bn.postEvents(ctx, b, eventsPerRequest)
+				errs.Add(bad)
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range r.bodies {
+		if err := <-errc; err != nil {
+			return 0, err
+		}
+	}
+	for {
+		var left bool
+		if err := bn.raw.QueryRow(ctx, `SELECT EXISTS (SELECT FROM event.deliveries d JOIN belt.belts b ON b.consumer_id = d.consumer_id WHERE b.id = $1)`,
+			belt).Scan(&left); err != nil {
+			return 0, err
+		}
+		if !left {
+			break
+		}
+		if time.Since(start) > 10*runDeadline {
+			return 0, fmt.Errorf("belt %d: events left after %s", belt, time.Since(start))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return beltEvents / time.Since(start).Seconds(), nil
+}
+
+// beltDirect applies the run's updates with api.profile_apply_batch on beltWorkers connections.
+func (bn *bench) beltDirect(ctx context.Context, r beltRun) (float64, error) {
+	start := time.Now()
+	errc := make(chan error, len(r.updates))
+	for w := range r.updates {
+		go func() {
+			q := db.New(bn.raw)
+			for _, u := range r.updates[w] {
+				if _, err := q.ProfileApplyBatch(ctx, db.ProfileApplyBatchParams{Updates: u}); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range r.updates {
+		if err := <-errc; err != nil {
+			return 0, err
+		}
+	}
+	return beltEvents / time.Since(start).Seconds(), nil
+}
+
+func beltWorkload(ctx context.Context, bn *bench, rp *report) error {
+	if _, err := bn.raw.Exec(ctx, beltSQLCallback); err != nil {
+		return err
+	}
+	var python bool
+	if err := bn.raw.QueryRow(ctx, `SELECT to_regprocedure('belt_private.python_run(bigint,integer,text,jsonb,jsonb)') IS NOT NULL`).Scan(&python); err != nil {
+		return err
+	}
+	belts := worker.NewBelts(bn.silo, worker.BeltConfig{Workers: beltWorkers, Logger: slog.New(slog.DiscardHandler)})
+	belts.Start(ctx)
+	defer func() { _ = belts.Stop(ctx) }()
+
+	for _, lang := range []string{"sql", "python"} {
+		if lang == "python" && !python {
+			rp.notes = append(rp.notes, "belts, Python: not measured, the database has no PL/Python")
+			continue
+		}
+		typ := "bench-" + lang
+		doc := map[string]any{"name": typ, "eventTypes": []string{typ}}
+		if lang == "sql" {
+			doc["sqlCallback"] = "bench_visit"
+		} else {
+			doc["extractorFn"] = beltPySource
+		}
+		raw, _ := json.Marshal(doc)
+		created, err := bn.q.BeltCreate(ctx, raw)
+		if err != nil {
+			return err
+		}
+		var d struct{ ID, Status string }
+		if err := json.Unmarshal(created, &d); err != nil || d.Status != "RUNNING" {
+			return fmt.Errorf("belt %s: %s", typ, created)
+		}
+		belt, _ := strconv.ParseInt(d.ID, 10, 64)
+		name := fmt.Sprintf("belt end to end, %s callback, 3 grains/event, POST /events %d/request, %d workers", lang, eventsPerRequest, beltWorkers)
+		log.Printf("%s ...", name)
+		var r beltRun
+		var errs atomic.Int64
+		var siloCPU, rawCPU cpuCost
+		res, err := takeTurns(runs, 1,
+			func(run int) error {
+				r = beltInput(run, typ)
+				_, err := bn.raw.Exec(ctx, `TRUNCATE event.events, event.event_ids`)
+				return err
+			},
+			siloCPU.around(ctx, bn, func() (float64, error) { return bn.beltEndToEnd(ctx, belt, r, &errs) }),
+			rawCPU.around(ctx, bn, func() (float64, error) { return bn.beltDirect(ctx, r) }))
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		target := float64(beltSQLTarget)
+		if lang == "python" {
+			target = beltPyTarget
+		}
+		rp.throughput(name, "ev/s", "ev/s (apply_batch)", res[0], res[1], target, errs.Load())
+		ratio := median(res[0]) / median(res[1])
+		if lang == "sql" {
+			rp.notes = append(rp.notes, fmt.Sprintf("%s: ratio to api.profile_apply_batch %.2f× (target ≥ %.1f×: %s)",
+				name, ratio, beltSQLRatio, verdict(ratio >= beltSQLRatio)))
+		}
+		rp.notes = append(rp.notes, fmt.Sprintf("%s: CPU per event, medians of the runs: Silo %s; apply_batch %s", name, siloCPU.String(), rawCPU.String()))
+		var failed int64
+		if err := bn.raw.QueryRow(ctx, `SELECT (api.belt_get($1) ->> 'failed')::bigint`, belt).Scan(&failed); err != nil {
+			return err
+		}
+		if failed > 0 {
+			return fmt.Errorf("%s: %d events failed", name, failed)
+		}
+		if _, err := bn.q.BeltDelete(ctx, belt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
