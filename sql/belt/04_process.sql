@@ -59,6 +59,8 @@ COMMENT ON TYPE belt_private.item IS
 
 CREATE TYPE belt_private.outcome AS (
     n            integer,
+    lane         smallint,
+    delivery_id  bigint,
     status       text,
     updates      jsonb,
     skipped      integer,
@@ -69,7 +71,7 @@ CREATE TYPE belt_private.outcome AS (
     long_running boolean
 );
 COMMENT ON TYPE belt_private.outcome IS
-    'What a callback made of one item: n (the item''s), status (ok, retry, timeout, transient, error, missing: no event to process, waiting: not run, behind a retry of its lane; the step then settles retry, timeout and transient into blocked, or exhausted when the retries ran out, and what follows a blocked item into waiting), updates (for ok: a JSON array of the callback''s results, of which the step applies the objects), skipped (results the Python runtime skipped), error, traceback (Python''s, or the SQL context), sqlstate (of a SQL error), ms (the call''s time), long_running (longer than CALLBACK_LONGRUNNING_SEC).';
+    'What a callback made of one item: n, lane and delivery_id (the item''s), status (ok, retry, timeout, transient, error, missing: no event to process, waiting: not run, behind a retry of its lane; the step then settles retry, timeout and transient into blocked, or exhausted when the retries ran out, and what follows a blocked item into waiting), updates (for ok: a JSON array of the callback''s results, of which the step applies the objects), skipped (results the Python runtime skipped), error, traceback (Python''s, or the SQL context), sqlstate (of a SQL error), ms (the call''s time), long_running (longer than CALLBACK_LONGRUNNING_SEC).';
 
 -- The lanes' order is their oldest delivery's, so a backlog drains oldest first.
 CREATE FUNCTION belt_private.lock_lanes(p_consumer bigint, p_max integer, p_only smallint[])
@@ -173,12 +175,12 @@ DECLARE
 BEGIN
     BEGIN
         EXECUTE format($q$
-            SELECT array_agg(ROW(r.n, CASE WHEN r.missing THEN 'missing' ELSE 'ok' END,
+            SELECT array_agg(ROW(r.n, r.lane, r.delivery_id, CASE WHEN r.missing THEN 'missing' ELSE 'ok' END,
                                  CASE jsonb_typeof(r.res) WHEN 'object' THEN jsonb_build_array(r.res) WHEN 'array' THEN r.res ELSE '[]' END,
                                  0, NULL, NULL, NULL, r.ms, r.ms > $3)::belt_private.outcome ORDER BY r.n)
-            FROM (SELECT c.n, c.missing, c.res,
+            FROM (SELECT c.n, c.lane, c.delivery_id, c.missing, c.res,
                          extract(epoch FROM c.t - lag(c.t, 1, $2) OVER (ORDER BY c.n)) * 1000 AS ms
-                  FROM (SELECT i.n, i.headers IS NULL AS missing,
+                  FROM (SELECT i.n, i.lane, i.delivery_id, i.headers IS NULL AS missing,
                                CASE WHEN i.headers IS NOT NULL THEN %s(%s) END AS res,
                                clock_timestamp() AS t
                         FROM unnest($1) AS i
@@ -192,24 +194,24 @@ BEGIN
     v_args := replace(replace(replace(v_args, 'i.headers', '$1'), 'i.payload', '$2'), 'i.profile', '$3');
     FOREACH v_it IN ARRAY p_items LOOP
         IF v_it.headers IS NULL THEN
-            v_out := v_out || ROW(v_it.n, 'missing', '[]', 0, NULL, NULL, NULL, 0, false)::belt_private.outcome;
+            v_out := v_out || ROW(v_it.n, v_it.lane, v_it.delivery_id, 'missing', '[]', 0, NULL, NULL, NULL, 0, false)::belt_private.outcome;
             CONTINUE;
         ELSIF v_it.lane = ANY (v_blocked) THEN
-            v_out := v_out || ROW(v_it.n, 'waiting', '[]', 0, NULL, NULL, NULL, 0, false)::belt_private.outcome;
+            v_out := v_out || ROW(v_it.n, v_it.lane, v_it.delivery_id, 'waiting', '[]', 0, NULL, NULL, NULL, 0, false)::belt_private.outcome;
             CONTINUE;
         END IF;
         v_t := clock_timestamp();
         BEGIN
             EXECUTE format('SELECT %s(%s)', v_fn, v_args) INTO v_u USING v_it.headers, v_it.payload, v_it.profile;
             v_ms := extract(epoch FROM clock_timestamp() - v_t) * 1000;
-            v_out := v_out || ROW(v_it.n, 'ok',
+            v_out := v_out || ROW(v_it.n, v_it.lane, v_it.delivery_id, 'ok',
                                   CASE jsonb_typeof(v_u) WHEN 'object' THEN jsonb_build_array(v_u) WHEN 'array' THEN v_u ELSE '[]' END,
                                   0, NULL, NULL, NULL, v_ms, v_ms > v_long)::belt_private.outcome;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
                                     v_detail = PG_EXCEPTION_DETAIL, v_ctx = PG_EXCEPTION_CONTEXT;
             v_ms := extract(epoch FROM clock_timestamp() - v_t) * 1000;
-            v_out := v_out || ROW(v_it.n,
+            v_out := v_out || ROW(v_it.n, v_it.lane, v_it.delivery_id,
                                   CASE WHEN v_state = 'SBRTY' THEN 'retry'
                                        WHEN api.error_class(v_state) = 'transient' THEN 'transient' ELSE 'error' END,
                                   '[]', 0, v_msg || coalesce(nullif(': ' || v_detail, ': '), ''), v_ctx, v_state,
@@ -263,7 +265,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT array_agg(x.o ORDER BY (x.o).n) INTO o_out
-    FROM (SELECT ROW(i.n,
+    FROM (SELECT ROW(i.n, i.lane, i.delivery_id,
                      CASE WHEN i.headers IS NULL THEN 'missing'
                           WHEN r.r ? 'updates' THEN 'ok' WHEN r.r ? 'retry' THEN 'retry'
                           WHEN r.r ? 'timeout' THEN 'timeout' ELSE 'error' END,

@@ -157,36 +157,41 @@ BEGIN
     END IF;
 
     -- Each lane: the first item that blocks it (retry, timeout, transient) and its retry count.
-    -- v_out holds one outcome per item, in item order (v_out[n] is item n's), so nothing is joined.
-    SELECT array_agg(ROW(l.lane, l.n_block, (v_out[l.n_block]).status, (v_out[l.n_block]).error, (v_out[l.n_block]).sqlstate,
-                         coalesce((v_out[l.n_block]).long_running, false), l.n_first, l.prev, l.attempts,
-                         (v_out[l.n_block]).status IN ('retry', 'timeout') AND v_belt.retry_max_retries >= 0
+    -- Outcomes carry their item's lane and delivery: the statements below read v_out alone (an
+    -- array of composites is read element by element from its start: subscripting it per row
+    -- would cost the square of the step's size).
+    SELECT array_agg(ROW(l.lane, l.n_block, b.status, b.error, b.sqlstate, coalesce(b.long_running, false),
+                         l.n_first, l.prev, l.attempts,
+                         b.status IN ('retry', 'timeout') AND v_belt.retry_max_retries >= 0
                              AND l.attempts > v_belt.retry_max_retries)::belt_private.lane_result)
     INTO v_lres
     FROM (SELECT g.*, CASE WHEN g.n_block = g.n_first THEN g.prev ELSE 0 END + 1 AS attempts
-          FROM (SELECT i.lane, min(i.n) AS n_first,
-                       min(i.n) FILTER (WHERE (v_out[i.n]).status IN ('retry', 'timeout', 'transient')) AS n_block,
+          FROM (SELECT o.lane, min(o.n) AS n_first,
+                       min(o.n) FILTER (WHERE o.status IN ('retry', 'timeout', 'transient')) AS n_block,
                        (SELECT cl.attempts FROM event.consumer_lanes cl
-                        WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = i.lane) AS prev
-                FROM unnest(v_items) AS i
-                GROUP BY i.lane) g) l;
+                        WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = o.lane) AS prev
+                FROM unnest(v_out) o
+                GROUP BY o.lane) g) l
+    LEFT JOIN LATERAL (SELECT o.* FROM unnest(v_out) o WHERE o.n = l.n_block AND o.status IS NOT NULL) b
+           ON l.n_block IS NOT NULL;
     -- Settled: the blocking item is blocked, or exhausted when its retries ran out (it is
     -- dead-lettered); what follows it in its lane waits (Python ran them all; SQL did not run them).
-    v_out := ARRAY(
-        SELECT ROW((v_out[i.n]).n,
-                   CASE WHEN l.n_block IS NULL OR (v_out[i.n]).n < l.n_block THEN (v_out[i.n]).status
-                        WHEN (v_out[i.n]).n = l.n_block THEN CASE WHEN l.exhausted THEN 'exhausted' ELSE 'blocked' END
-                        ELSE 'waiting' END,
-                   (v_out[i.n]).updates, (v_out[i.n]).skipped, (v_out[i.n]).error, (v_out[i.n]).traceback, (v_out[i.n]).sqlstate, (v_out[i.n]).ms,
-                   (v_out[i.n]).long_running AND (l.n_block IS NULL OR (v_out[i.n]).n <= l.n_block))::belt_private.outcome
-        FROM unnest(v_items) AS i
-        JOIN unnest(v_lres) l ON l.lane = i.lane
-        ORDER BY (v_out[i.n]).n);
+    IF EXISTS (SELECT FROM unnest(v_lres) l WHERE l.n_block IS NOT NULL) THEN
+        v_out := ARRAY(
+            SELECT ROW(o.n, o.lane, o.delivery_id,
+                       CASE WHEN l.n_block IS NULL OR o.n < l.n_block THEN o.status
+                            WHEN o.n = l.n_block THEN CASE WHEN l.exhausted THEN 'exhausted' ELSE 'blocked' END
+                            ELSE 'waiting' END,
+                       o.updates, o.skipped, o.error, o.traceback, o.sqlstate, o.ms,
+                       o.long_running AND (l.n_block IS NULL OR o.n <= l.n_block))::belt_private.outcome
+            FROM unnest(v_out) o
+            JOIN unnest(v_lres) l ON l.lane = o.lane
+            ORDER BY o.n);
+    END IF;
 
-    -- The updates of the processed events, in delivery order, with the belt's default _origin.
-    SELECT jsonb_agg(CASE WHEN jsonb_typeof(u.m -> '_value') = 'object' AND NOT (u.m -> '_value') ? '_origin'
-                          THEN jsonb_set(u.m, '{_value,_origin}', to_jsonb('/belts/' || v_belt.id))
-                          ELSE u.m END ORDER BY o.n, u.k)
+    -- The updates of the processed events, in delivery order; the store gives those without an
+    -- _origin the belt's (as a default of its validation, which keeps them on its fast path).
+    SELECT jsonb_agg(u.m ORDER BY o.n, u.k)
     INTO v_updates
     FROM unnest(v_out) o
     CROSS JOIN LATERAL jsonb_array_elements(o.updates) WITH ORDINALITY AS u(m, k)
@@ -195,29 +200,29 @@ BEGIN
     IF v_updates IS NOT NULL THEN
         SELECT count(*), count(*) FILTER (WHERE r.status = 'dead_letter')
         INTO updates, updates_dead_lettered
-        FROM profile_private.apply_batch(v_updates) r;
+        FROM profile_private.apply_batch(v_updates, NULL, false, '/belts/' || v_belt.id) r;
     END IF;
     apply_ms := extract(epoch FROM clock_timestamp() - v_t0) * 1000;
 
-    -- Dead letters: errors, and retries that ran out. retries: how often the event was retried.
+    -- Dead letters: errors, and retries that ran out (the rare path: items are looked up by n).
+    -- retries: how often the event was retried.
     IF EXISTS (SELECT FROM unnest(v_out) o WHERE o.status IN ('error', 'exhausted')) THEN
         SELECT count(belt_private.dead_letter_add(
-                   v_belt, i,
-                   CASE WHEN (v_out[i.n]).status = 'error' THEN (v_out[i.n]).error
-                        ELSE format('retries exhausted after %s retries: %s', l.attempts - 1, (v_out[i.n]).error) END,
-                   (v_out[i.n]).traceback,
-                   CASE WHEN (v_out[i.n]).status = 'error' THEN (v_out[i.n]).sqlstate ELSE 'SBRTX' END,
-                   CASE WHEN (v_out[i.n]).status = 'exhausted' THEN l.attempts - 1 WHEN (v_out[i.n]).n = l.n_first THEN l.prev ELSE 0 END))::integer
+                   v_belt, v_items[o.n],
+                   CASE WHEN o.status = 'error' THEN o.error
+                        ELSE format('retries exhausted after %s retries: %s', l.attempts - 1, o.error) END,
+                   o.traceback,
+                   CASE WHEN o.status = 'error' THEN o.sqlstate ELSE 'SBRTX' END,
+                   CASE WHEN o.status = 'exhausted' THEN l.attempts - 1 WHEN o.n = l.n_first THEN l.prev ELSE 0 END))::integer
         INTO dead_lettered
-        FROM unnest(v_items) AS i
-        JOIN unnest(v_lres) l ON l.lane = i.lane
-        WHERE (v_out[i.n]).status IN ('error', 'exhausted');
+        FROM unnest(v_out) o
+        JOIN unnest(v_lres) l ON l.lane = o.lane
+        WHERE o.status IN ('error', 'exhausted');
     END IF;
 
     -- The deliveries it is done with.
     DELETE FROM event.deliveries d
-    WHERE d.id = ANY (ARRAY(SELECT i.delivery_id FROM unnest(v_items) AS i
-                            WHERE (v_out[i.n]).status IN ('ok', 'error', 'missing', 'exhausted')));
+    WHERE d.id = ANY (ARRAY(SELECT o.delivery_id FROM unnest(v_out) o WHERE o.status IN ('ok', 'error', 'missing', 'exhausted')));
 
     -- The lanes' state and counters.
     UPDATE event.consumer_lanes cl
@@ -233,13 +238,13 @@ BEGIN
     FROM (SELECT l.lane, l.attempts, l.error, l.sqlstate, l.n_block IS NOT NULL AND NOT l.exhausted AS waits,
                  k.processed, k.failed, k.dead, k.long_count
           FROM unnest(v_lres) l
-          JOIN (SELECT i.lane,
-                       count(*) FILTER (WHERE (v_out[i.n]).status = 'ok') AS processed,
-                       count(*) FILTER (WHERE (v_out[i.n]).status IN ('error', 'exhausted', 'blocked')) AS failed,
-                       count(*) FILTER (WHERE (v_out[i.n]).status IN ('error', 'exhausted')) AS dead,
-                       count(*) FILTER (WHERE (v_out[i.n]).long_running) AS long_count
-                FROM unnest(v_items) AS i
-                GROUP BY i.lane) k ON k.lane = l.lane) c
+          JOIN (SELECT o.lane,
+                       count(*) FILTER (WHERE o.status = 'ok') AS processed,
+                       count(*) FILTER (WHERE o.status IN ('error', 'exhausted', 'blocked')) AS failed,
+                       count(*) FILTER (WHERE o.status IN ('error', 'exhausted')) AS dead,
+                       count(*) FILTER (WHERE o.long_running) AS long_count
+                FROM unnest(v_out) o
+                GROUP BY o.lane) k ON k.lane = l.lane) c
     WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = c.lane;
 
     SELECT count(*) FILTER (WHERE o.status = 'ok'),

@@ -18,6 +18,7 @@
 CREATE FUNCTION profile_private.validate_plain(
     p_updates jsonb,
     p_now bigint,
+    p_origin text DEFAULT NULL,
     OUT plain_updates profile_private.validated_update[],
     OUT rest_ords integer[],
     OUT direct_count bigint,
@@ -28,7 +29,7 @@ AS $$
 BEGIN
     SELECT array_agg(ROW(
                f.ord, f.op, f.cid, f.ptype, f.path, f.v, profile_private.certainty(f.c_num), p_now, 'P100Y', 'P100Y',
-               NULL, '_auth', profile_private.grain_type(f.cls, f.v_type), f.inc, 0, f.target, 1,
+               p_origin, '_auth', profile_private.grain_type(f.cls, f.v_type), f.inc, 0, f.target, 1,
                NULL, NULL, NULL)::profile_private.validated_update) FILTER (WHERE f.plain),
            array_agg(f.ord) FILTER (WHERE NOT f.plain),
            -- What profile_private.apply_round needs to know of the plain updates.
@@ -89,8 +90,8 @@ BEGIN
     ) f;
 END
 $$;
-COMMENT ON FUNCTION profile_private.validate_plain(jsonb, bigint) IS
-    'Validates the plain updates of p_updates, a JSON array of update messages, with p_now (epoch ms) as their _in. Plain: an operation of class set, max, inc, arr or rem (profile_private.op_class) with the _v it needs (set: a string or an array of strings; max, rem: a string; inc: a counter; arr: an array of strings); _id a non-empty string; _profile_type absent, null or a non-empty string other than profile_link; a plain _path (profile_private.path_is_plain) with no segment starting with "_"; a key of at most 2000 bytes; _value an object without _in, _ttl, _ttn, _origin or _reader; _c absent, null, or a number or numeric string in [0, 1]. Returns plain_updates: those updates, valid and normalised (inserted p_now, ttl and ttn P100Y, reader _auth, seg 0, round 1), in batch order, each with the correlation id it writes (after profile links), NULL when none is plain; rest_ords: the ords (from 1) of the others, for profile_private.validate_full, NULL when every update is plain; direct_count: how many plain updates are direct (profile_private.op_direct); archives: whether a plain update archives (profile_private.op_archives); twice: whether a grain may be written twice among them (equal profile_private.grain_hash). Raises nothing.';
+COMMENT ON FUNCTION profile_private.validate_plain(jsonb, bigint, text) IS
+    'Validates the plain updates of p_updates, a JSON array of update messages, with p_now (epoch ms) as their _in and p_origin (default NULL) as their _origin. Plain: an operation of class set, max, inc, arr or rem (profile_private.op_class) with the _v it needs (set: a string or an array of strings; max, rem: a string; inc: a counter; arr: an array of strings); _id a non-empty string; _profile_type absent, null or a non-empty string other than profile_link; a plain _path (profile_private.path_is_plain) with no segment starting with "_"; a key of at most 2000 bytes; _value an object without _in, _ttl, _ttn, _origin or _reader; _c absent, null, or a number or numeric string in [0, 1]. Returns plain_updates: those updates, valid and normalised (inserted p_now, ttl and ttn P100Y, origin p_origin, reader _auth, seg 0, round 1), in batch order, each with the correlation id it writes (after profile links), NULL when none is plain; rest_ords: the ords (from 1) of the others, for profile_private.validate_full, NULL when every update is plain; direct_count: how many plain updates are direct (profile_private.op_direct); archives: whether a plain update archives (profile_private.op_archives); twice: whether a grain may be written twice among them (equal profile_private.grain_hash). Raises nothing.';
 
 -- One CASE whose first matching WHEN is the rule broken, so the order of its WHENs is the order of
 -- the rules. It treats the batch as one segment of one round; when some update changes profile
@@ -99,6 +100,7 @@ CREATE FUNCTION profile_private.validate_full(
     p_updates jsonb,
     p_rest integer[],
     p_now bigint,
+    p_origin text DEFAULT NULL,
     OUT checked_updates profile_private.validated_update[],
     OUT all_valid boolean,
     OUT changes_links boolean)
@@ -106,7 +108,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     SELECT array_agg(ROW(
-               s.ord, s.op, s.cid, s.ptype, s.path, s.v, s.certainty, s.inserted, s.ttl, s.ttn, s.origin,
+               s.ord, s.op, s.cid, s.ptype, s.path, s.v, s.certainty, s.inserted, s.ttl, s.ttn, coalesce(s.origin, p_origin),
                s.reader, s.gtype, s.inc, s.lc, s.target, CASE WHEN s.target IS NOT NULL THEN 1 END,
                s.err[1], s.err[2], s.err[3])::profile_private.validated_update),
            bool_and(s.err IS NULL), bool_or(s.lc = 1)
@@ -327,5 +329,5 @@ BEGIN
     ) s;
 END
 $$;
-COMMENT ON FUNCTION profile_private.validate_full(jsonb, integer[], bigint) IS
-    'Validates the updates at ords p_rest (from 1) of p_updates, a JSON array of update messages, by every rule in order (listed in sql/profile/01_types.sql), with p_now (epoch ms) as the default _in. Returns checked_updates: one row per update at p_rest; a valid one normalised, with seg 1 when it changes profile links (a _profile_link, or a _delete or _delete_with_history of profile type profile_link) else 0, round 1, and the correlation id it writes if no update before it changes profile links; an invalid one with target and round NULL and the SQLSTATE, reason and context of the first rule it breaks: SPMSG (not an object, _profile_type, a key over 2000 bytes, _value, _origin, _reader), SPOPR (_operation), SPIDX (_id), SPRSV (profile type profile_link addressed by another operation), SPPTH (_path), SPVAL (_v, a link target over 512 bytes), SPCRT (_c), SPINS (_in), SPDUR (_ttl, _ttn, a negative duration as the _v of _set_ttl/_set_ttn). all_valid: whether every one is valid; changes_links: whether a valid one changes profile links. Raises nothing: a broken rule is a row, not an error.';
+COMMENT ON FUNCTION profile_private.validate_full(jsonb, integer[], bigint, text) IS
+    'Validates the updates at ords p_rest (from 1) of p_updates, a JSON array of update messages, by every rule in order (listed in sql/profile/01_types.sql), with p_now (epoch ms) as the default _in and p_origin (default NULL) as the default _origin (of an update without one or with a null one). Returns checked_updates: one row per update at p_rest; a valid one normalised, with seg 1 when it changes profile links (a _profile_link, or a _delete or _delete_with_history of profile type profile_link) else 0, round 1, and the correlation id it writes if no update before it changes profile links; an invalid one with target and round NULL and the SQLSTATE, reason and context of the first rule it breaks: SPMSG (not an object, _profile_type, a key over 2000 bytes, _value, _origin, _reader), SPOPR (_operation), SPIDX (_id), SPRSV (profile type profile_link addressed by another operation), SPPTH (_path), SPVAL (_v, a link target over 512 bytes), SPCRT (_c), SPINS (_in), SPDUR (_ttl, _ttn, a negative duration as the _v of _set_ttl/_set_ttn). all_valid: whether every one is valid; changes_links: whether a valid one changes profile links. Raises nothing: a broken rule is a row, not an error.';
