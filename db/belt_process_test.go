@@ -433,22 +433,7 @@ func must(raw json.RawMessage, err error) json.RawMessage {
 // the order its events were stored, and every event exactly once, on both partitioning backends.
 func TestBeltProcessConcurrentStepsKeepOrder(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	installed := timescaleDBInstalled(t)
-	shared := dbtest.Pool(t)
-	native := shared
-	if installed {
-		other := startOtherCluster(t, "")
-		require.NoError(t, dbtest.CreateTemplate(ctx, other.cluster.URL("postgres"), "native"))
-		native = other.open("native")
-	}
-	t.Run("native", func(t *testing.T) { testBeltConcurrentOrder(t, native, "native") })
-	t.Run("timescaledb", func(t *testing.T) {
-		if !installed {
-			t.Skip(skipNoTimescaleDB)
-		}
-		testBeltConcurrentOrder(t, shared, "timescaledb")
-	})
+	onBothBackends(t, testBeltConcurrentOrder)
 }
 
 func testBeltConcurrentOrder(t *testing.T, pool *pgxpool.Pool, backend string) {

@@ -92,6 +92,29 @@ func (c *otherCluster) open(name string) *pgxpool.Pool {
 	return pool
 }
 
+// onBothBackends runs test once per partitioning backend: "native" on a database of a second
+// throw-away cluster that preloads nothing (on the test cluster itself when TimescaleDB is not
+// installed), and "timescaledb" on a database of the test cluster, skipped with the reason when
+// TimescaleDB is not installed. Each database is migrated afresh.
+func onBothBackends(t *testing.T, test func(t *testing.T, pool *pgxpool.Pool, backend string)) {
+	t.Helper()
+	installed := timescaleDBInstalled(t)
+	shared := dbtest.Pool(t)
+	native := shared
+	if installed {
+		other := startOtherCluster(t, "")
+		require.NoError(t, dbtest.CreateTemplate(context.Background(), other.cluster.URL("postgres"), "native"))
+		native = other.open("native")
+	}
+	t.Run("native", func(t *testing.T) { test(t, native, "native") })
+	t.Run("timescaledb", func(t *testing.T) {
+		if !installed {
+			t.Skip(skipNoTimescaleDB)
+		}
+		test(t, shared, "timescaledb")
+	})
+}
+
 // sqlState returns the SQLSTATE of err ("" when it has none).
 func sqlState(err error) string {
 	var pgErr *pgconn.PgError

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/silo-db/silo/db"
@@ -32,10 +33,8 @@ func (s *server) beltList(w http.ResponseWriter, r *http.Request) {
 	if !s.admin(w, r) {
 		return
 	}
-	q := r.URL.Query()
-	pageSize, err1 := intParam(q, "pagesize", 20, 1, 1000)
-	offset, err2 := intParam(q, "offset", 0, 0, 1<<30)
-	if err := errors.Join(err1, err2); err != nil {
+	offset, pageSize, err := pageParams(r.URL.Query())
+	if err != nil {
 		badParam(w, err)
 		return
 	}
@@ -45,6 +44,13 @@ func (s *server) beltList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writePage(w, r, raw, offset, pageSize)
+}
+
+// pageParams reads offset (default 0) and pagesize (default 20, at most 1000).
+func pageParams(q url.Values) (offset, pageSize int, err error) {
+	pageSize, err1 := intParam(q, "pagesize", 20, 1, 1000)
+	offset, err2 := intParam(q, "offset", 0, 0, 1<<30)
+	return offset, pageSize, errors.Join(err1, err2)
 }
 
 // writePage answers page, a {"totalCount", "items"} document of the SQL, with "_links": "self"
@@ -173,26 +179,41 @@ func (s *server) beltStateGet(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, json.RawMessage(state))
 }
 
-// POST /belts/{id}/state with {"action": "START" | "STOP"}: the new {"status", "reason"}.
-func (s *server) beltStateSet(w http.ResponseWriter, r *http.Request) {
+// beltCommand reads an admin's command to the belt of the path: its id, and the body decoded into
+// req with no unknown field; a body that does not fit is a 400 saying usage.
+func (s *server) beltCommand(w http.ResponseWriter, r *http.Request, req any, usage string) (int64, bool) {
 	if !s.admin(w, r) {
-		return
+		return 0, false
 	}
 	id, ok := beltID(w, r)
 	if !ok {
-		return
+		return 0, false
 	}
 	body, ok := s.readBody(w, r)
 	if !ok {
-		return
-	}
-	var req struct {
-		Action *string `json:"action"`
+		return 0, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || req.Action == nil {
-		writeError(w, http.StatusBadRequest, "invalid-request-structure", `the body must be {"action": "START"} or {"action": "STOP"}`, nil)
+	if err := dec.Decode(req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid-request-structure", usage, nil)
+		return 0, false
+	}
+	return id, true
+}
+
+// POST /belts/{id}/state with {"action": "START" | "STOP"}: the new {"status", "reason"}.
+func (s *server) beltStateSet(w http.ResponseWriter, r *http.Request) {
+	const usage = `the body must be {"action": "START"} or {"action": "STOP"}`
+	var req struct {
+		Action *string `json:"action"`
+	}
+	id, ok := s.beltCommand(w, r, &req, usage)
+	if !ok {
+		return
+	}
+	if req.Action == nil {
+		writeError(w, http.StatusBadRequest, "invalid-request-structure", usage, nil)
 		return
 	}
 	state, err := s.q.BeltSetState(r.Context(), db.BeltSetStateParams{ID: id, Action: *req.Action})
@@ -214,18 +235,17 @@ func (s *server) beltDeadLetterList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	pageSize, err1 := intParam(q, "pagesize", 20, 1, 1000)
-	offset, err2 := intParam(q, "offset", 0, 0, 1<<30)
+	offset, pageSize, err1 := pageParams(q)
 	var replayed *bool
-	var err3 error
+	var err2 error
 	if v := q.Get("replayed"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			err3 = fmt.Errorf("replayed must be true or false, got %q", v)
+			err2 = fmt.Errorf("replayed must be true or false, got %q", v)
 		}
 		replayed = &b
 	}
-	if err := errors.Join(err1, err2, err3); err != nil {
+	if err := errors.Join(err1, err2); err != nil {
 		badParam(w, err)
 		return
 	}
@@ -241,24 +261,11 @@ func (s *server) beltDeadLetterList(w http.ResponseWriter, r *http.Request) {
 // POST /belts/{id}/dead-letters/replay with {"ids": ["12", 13]} (the dead letters to replay) or {}
 // (every dead letter not replayed yet): {"replayed": n}.
 func (s *server) beltDeadLetterReplay(w http.ResponseWriter, r *http.Request) {
-	if !s.admin(w, r) {
-		return
-	}
-	id, ok := beltID(w, r)
-	if !ok {
-		return
-	}
-	body, ok := s.readBody(w, r)
-	if !ok {
-		return
-	}
 	var req struct {
 		IDs *[]json.Number `json:"ids"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid-request-structure", `the body must be {} or {"ids": [dead letter ids]}`, nil)
+	id, ok := s.beltCommand(w, r, &req, `the body must be {} or {"ids": [dead letter ids]}`)
+	if !ok {
 		return
 	}
 	var ids []int64
