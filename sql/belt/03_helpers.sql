@@ -13,7 +13,9 @@
 -- They are SQL functions of one expression, STABLE as the JSON builders they call, so that
 -- PostgreSQL inlines them into a set-based callback's statement (a function declared IMMUTABLE
 -- around a STABLE builder is not inlined, and each call then costs a function call's setup, about
--- a hundred times the expression); api.belt_retry raises.
+-- a hundred times the expression); api.belt_retry raises. api.set_value tests its optional
+-- arguments first: inlined with them left out, the test is folded away when the statement is
+-- planned and only the {"_v": ...} object is built.
 
 CREATE FUNCTION api.update(p_id text, p_path text[], p_operation text DEFAULT '_set', p_profile_type text DEFAULT '_d')
 RETURNS jsonb
@@ -31,12 +33,15 @@ CREATE FUNCTION api.set_value(p_update jsonb, p_value jsonb, p_certainty double 
 RETURNS jsonb
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
-    SELECT p_update || jsonb_build_object('_value', jsonb_build_object('_v', p_value) || jsonb_strip_nulls(jsonb_build_object(
-        '_c', p_certainty,
-        '_in', CASE WHEN abs(p_in) < 100000000000 THEN round(p_in * 1000) ELSE round(p_in) END,
-        '_ttl', p_ttl,
-        '_origin', p_origin,
-        '_reader', p_reader)));
+    SELECT p_update || jsonb_build_object('_value', CASE
+        WHEN p_certainty IS NULL AND p_in IS NULL AND p_ttl IS NULL AND p_origin IS NULL AND p_reader IS NULL
+            THEN jsonb_build_object('_v', p_value)
+        ELSE jsonb_build_object('_v', p_value) || jsonb_strip_nulls(jsonb_build_object(
+            '_c', p_certainty,
+            '_in', CASE WHEN abs(p_in) < 100000000000 THEN round(p_in * 1000) ELSE round(p_in) END,
+            '_ttl', p_ttl,
+            '_origin', p_origin,
+            '_reader', p_reader)) END);
 $$;
 COMMENT ON FUNCTION api.set_value(jsonb, jsonb, double precision, numeric, text, text, text) IS
     'Granary''s Update.set_value(value, certainty, _in, ttl, origin, reader) for SQL callbacks of belts: update message p_update (from api.update) with its _value set to {"_v": p_value, "_c": p_certainty, "_in", "_ttl": p_ttl, "_origin": p_origin, "_reader": p_reader}, leaving out each one not given (NULL): the processing step and the profile store apply their defaults (_c 1, _in now, _ttl P100Y, _origin /belts/{belt id}, _reader _auth). p_value: the grain value as JSON: a string, or an array of strings for the array operations (an overload takes text, so set_value(u, ''x'') works; the store refuses a number for _set: give counters and numbers as text, ''0|1|1'' for _inc). p_in: the insertion time as epoch milliseconds, or as epoch seconds as Python''s time() and extract(epoch FROM ...) give them: a number whose absolute value is below 100,000,000,000 (in milliseconds a time in 1973, in seconds one in the year 5138) counts as seconds and is multiplied by 1000; the result is rounded to whole milliseconds. Replaces a _value set before. Checks nothing. Raises nothing.';
@@ -47,12 +52,15 @@ CREATE FUNCTION api.set_value(p_update jsonb, p_value text, p_certainty double p
 RETURNS jsonb
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
-    SELECT p_update || jsonb_build_object('_value', jsonb_build_object('_v', p_value) || jsonb_strip_nulls(jsonb_build_object(
-        '_c', p_certainty,
-        '_in', CASE WHEN abs(p_in) < 100000000000 THEN round(p_in * 1000) ELSE round(p_in) END,
-        '_ttl', p_ttl,
-        '_origin', p_origin,
-        '_reader', p_reader)));
+    SELECT p_update || jsonb_build_object('_value', CASE
+        WHEN p_certainty IS NULL AND p_in IS NULL AND p_ttl IS NULL AND p_origin IS NULL AND p_reader IS NULL
+            THEN jsonb_build_object('_v', p_value)
+        ELSE jsonb_build_object('_v', p_value) || jsonb_strip_nulls(jsonb_build_object(
+            '_c', p_certainty,
+            '_in', CASE WHEN abs(p_in) < 100000000000 THEN round(p_in * 1000) ELSE round(p_in) END,
+            '_ttl', p_ttl,
+            '_origin', p_origin,
+            '_reader', p_reader)) END);
 $$;
 COMMENT ON FUNCTION api.set_value(jsonb, text, double precision, numeric, text, text, text) IS
     'api.set_value with a text value (a JSON string; also what a quoted literal such as set_value(u, ''x'') resolves to). Arguments and defaults as api.set_value(jsonb, jsonb, ...). Raises nothing.';
