@@ -39,7 +39,8 @@ var envDocs = map[string]string{
 		"pool_max_conns of DATABASE_URL, else 4 or the number of CPUs, whichever is larger;\n" +
 		"this setting wins over pool_max_conns). Held beside the pool: the change listener\n" +
 		"(up, serve); River's listener, the updater's own pool of 2 x SILO_UPDATER_WORKERS + 1\n" +
-		"and its listener, the belts' own pool of SILO_BELT_WORKERS + 1 and their listener (up, work)",
+		"and its listener, the belts' own pool of SILO_BELT_WORKERS + 1 and their\n" +
+		"listener (up, work)",
 	"SILO_METRICS_ADDR":   "where silo work serves /metrics (default unset: not served; silo up\nand silo serve serve it on SILO_ADDR)",
 	"SILO_TEMPDB_DURABLE": "set: the throw-away cluster keeps fsync and synchronous commit on (benchmarks)",
 }
@@ -63,7 +64,7 @@ var (
 		synopsis: "silo up",
 		about: `Runs all of Silo in one process: migrates the database (as silo migrate), then serves the
 HTTP API and websocket changes on SILO_ADDR (with /metrics, /healthz, /readyz) and runs the
-River workers and the profile updater, until SIGINT or SIGTERM. SILO_ADDR is taken before
+River workers, the profile updater and the belt workers, until SIGINT or SIGTERM. SILO_ADDR is taken before
 anything starts: an address in use or malformed fails at once.
 
 ` + embeddedNote,
@@ -90,10 +91,10 @@ database.
 		env: []string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS"},
 	}
 	cmdWork = &command{
-		name: "work", summary: "River workers only",
+		name: "work", summary: "workers only (River, profile updater, belts)",
 		synopsis: "silo work",
-		about: `Runs the River workers (periodic jobs such as the reaper) and the profile updater until
-SIGINT or SIGTERM; serves no HTTP API (/metrics on SILO_METRICS_ADDR when set). Any number may
+		about: `Runs the River workers (periodic jobs such as the reaper), the profile updater and the
+belt workers until SIGINT or SIGTERM; serves no HTTP API (/metrics on SILO_METRICS_ADDR when set). Any number may
 run against one database.
 
 ` + embeddedNote,
