@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -660,4 +661,24 @@ def execute(event_headers, event_payload, profile=None):
 	e.ingest(`e6 c1 {}`)
 	require.Equal(t, int32(1), e.step(belt).Processed)
 	require.Contains(t, e.grain("c1", "/seen"), `"yes"`)
+}
+
+func TestBeltDeadLetterTrim(t *testing.T) {
+	t.Parallel()
+	e := newBeltEnv(t)
+	belt := e.belt(e.visitFn(), "", nil)
+	e.ingest(`e1 c1 {"boom": true}`, `e2 c2 {"boom": true}`)
+	require.Equal(t, int32(2), e.step(belt).DeadLettered)
+	_, err := e.tx.Exec(e.ctx, `UPDATE belt.dead_letters SET created = now() - interval '40 days' WHERE event_id = 'e1' AND belt_id = $1`, belt)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, e.tx.QueryRow(e.ctx, `SELECT api.belt_dead_letter_trim()`).Scan(&n))
+	require.Equal(t, 1, n, "older than the default 30 days")
+	require.Len(t, e.deadLetters(belt), 1)
+	require.NoError(t, e.tx.QueryRow(e.ctx, `SELECT api.belt_dead_letter_trim(interval '1 day', now() + interval '2 days')`).Scan(&n))
+	require.Equal(t, 1, n, "as of a later time")
+	require.Equal(t, "SLINV", e.fails(func(q *db.Queries) error {
+		_, err := q.BeltDeadLetterTrim(e.ctx, pgtype.Interval{Microseconds: -1, Valid: true})
+		return err
+	}).Code)
 }

@@ -93,7 +93,7 @@ $$;
 COMMENT ON FUNCTION api.belt_dead_letter_replay(bigint, bigint[]) IS
     'Replays dead letters of belt p_belt_id (HTTP POST /belts/{id}/dead-letters/replay): p_ids (default NULL: every dead letter not replayed yet; else these, replayed again if they were) are delivered to the belt again, in dead-letter order, at the end of the lane of their correlation id''s profile-link target, carrying the dead letter''s copy of the event; each is marked replayed (now). The belt processes them when it runs (a stopped belt keeps them waiting). Returns how many were replayed (ids of other belts or unknown ids are skipped). Notifies silo_belt (payload: the belt id) when it replayed any. Raises SLNFD when there is no belt p_belt_id.';
 
-CREATE FUNCTION api.belt_dead_letter_trim(p_retention interval DEFAULT NULL)
+CREATE FUNCTION api.belt_dead_letter_trim(p_retention interval DEFAULT NULL, p_now timestamptz DEFAULT now())
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -104,10 +104,13 @@ BEGIN
     IF v_keep < interval '0' THEN
         RAISE EXCEPTION 'retention must not be negative' USING ERRCODE = 'SLINV', DETAIL = format('got %s', v_keep);
     END IF;
-    DELETE FROM belt.dead_letters d WHERE d.created < now() - v_keep;
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'p_now must not be NULL' USING ERRCODE = 'SLINV';
+    END IF;
+    DELETE FROM belt.dead_letters d WHERE d.created < p_now - v_keep;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END
 $$;
-COMMENT ON FUNCTION api.belt_dead_letter_trim(interval) IS
-    'Deletes the belt dead letters written more than p_retention ago (default NULL: the setting belt.dead_letter_retention, 30 days) and returns how many; silo work runs it every maintenance interval. A pending replay of a deleted dead letter still runs when its event is in the store. Raises SLINV for a negative retention.';
+COMMENT ON FUNCTION api.belt_dead_letter_trim(interval, timestamptz) IS
+    'Deletes the belt dead letters written more than p_retention (default NULL: the setting belt.dead_letter_retention, 30 days) before p_now (default now()) and returns how many; silo work runs it every maintenance interval. A pending replay of a deleted dead letter still runs when its event is in the store. Raises SLINV for a negative retention or a NULL p_now.';
