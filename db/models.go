@@ -67,6 +67,18 @@ type APIEventRow struct {
 	TotalCount    *int64          `json:"totalCount"`
 }
 
+// Always empty: the row type of api.ods_ingest, api.ods_append and their *_requests forms. request: the request's position in the call (1 for a psql call); ord: the item's position in its request, from 1 (NULL for a request refused whole); status: stored, duplicate (an object with the same unit of work, createdAt and id is stored already) or refused; unit_of_work_id and object_id of the item; sqlstate and reason: why it was refused; replayed: the request repeated an idempotency key and this row is the first answer.
+type APIOdsIngestResult struct {
+	Request      *int32  `json:"request"`
+	Ord          *int32  `json:"ord"`
+	Status       *string `json:"status"`
+	UnitOfWorkID *string `json:"unitOfWorkId"`
+	ObjectID     *string `json:"objectId"`
+	SQLState     *string `json:"sqlstate"`
+	Reason       *string `json:"reason"`
+	Replayed     *bool   `json:"replayed"`
+}
+
 // Always empty: the row type of api.profile_apply_batch. ord: position of the message in the batch, from 1; status: ok (written), noop (nothing to change) or dead_letter (rejected); operation: the _operation (default _set; NULL when not a string); correlation_id: the profile the update addresses, after profile links (for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string); sqlstate and reason: why a message was rejected; dead_letter_id: its row in profile.dead_letters.
 type APIProfileApplyResult struct {
 	Ord           *int32  `json:"ord"`
@@ -537,6 +549,70 @@ type EventEventID struct {
 	CorrelationID string `json:"correlationId"`
 	// When the event was first stored.
 	Received time.Time `json:"received"`
+}
+
+// The global statuses a process-flow event may carry, and which are terminal: the first event with a terminal status sets its unit of work's finishedAt. A DBA may add statuses; an event with a status not listed here is refused (SOSTA).
+type OdsGlobalStatus struct {
+	// The status, upper case (PENDING, COMPLETED, ...).
+	Status string `json:"status"`
+	// Whether a unit of work that reaches it has finished.
+	Terminal bool `json:"terminal"`
+}
+
+// The MDS, PDS, Process and Custom objects of units of work (kind says which), time-partitioned on created_at (a TimescaleDB hypertable, or native partitions made by pg_partman: partition.tables says which). Process objects are the process-flow events ingested; the others are appended by api.ods_append. Deleted with their unit of work by the purge.
+type OdsObject struct {
+	// The unit of work the object belongs to.
+	UnitOfWorkID string `json:"unitOfWorkId"`
+	// The object's time (createdAt as sent, else the time of ingest): the partitioning column.
+	CreatedAt time.Time `json:"createdAt"`
+	// The object's id as sent (id), or one made at ingest; unique within its unit of work and time.
+	ObjectID string `json:"objectId"`
+	// MDS, PDS, PROCESS or CUSTOM.
+	Kind string `json:"kind"`
+	// The object's type as sent (an MDS message type, a PDS name, the process-flow event's name, a custom type).
+	Type string `json:"type"`
+	// The object as sent (any JSON value).
+	Payload json.RawMessage `json:"payload"`
+	// When Silo stored it.
+	Stored time.Time `json:"stored"`
+}
+
+// One Summary per unit of work: what its process-flow events add up to. Written with the unit of work by api.ods_ingest, deleted before it by the purge.
+type OdsSummary struct {
+	// The unit of work (ods.unit_of_works.id).
+	UnitOfWorkID string `json:"unitOfWorkId"`
+	// Its journey type, as in ods.unit_of_works.
+	JourneyType *string `json:"journeyType"`
+	// Its global status, as in ods.unit_of_works.
+	GlobalStatus *string `json:"globalStatus"`
+	// How many process-flow events were ingested for it.
+	Events int32 `json:"events"`
+	// The name of the last process-flow event ingested.
+	LastEvent *string `json:"lastEvent"`
+	// lastUpdated: when the summary was last written.
+	LastUpdated time.Time `json:"lastUpdated"`
+}
+
+// One row per unit-of-work id: the UnitOfWork of the ODS. Written by api.ods_ingest (process-flow events), api.ods_append (objects of a unit of work not seen yet) and api.ods_unit_of_work_archive; deleted, after its summary and objects, by the purge (api.purge_batch, api.purge_ttl_run).
+type OdsUnitOfWork struct {
+	// The unit-of-work id that links the unit of work, its summary and its objects (1 to 256 characters).
+	ID string `json:"id"`
+	// PAYMENT, RECALL, BULK or BATCH, from its process-flow events (NULL until one says). The purge's archived-dependent-journey-types name these.
+	JourneyType *string `json:"journeyType"`
+	// The global status of the last process-flow event ingested (a terminal status, once reached, stays).
+	GlobalStatus *string `json:"globalStatus"`
+	// startedAt: the time of the first process-flow event ingested for the unit of work (NULL while none was).
+	StartedAt *time.Time `json:"startedAt"`
+	// finishedAt: the time of the first ingested process-flow event whose global status is terminal (ods.global_statuses); NULL while the unit of work has not finished.
+	FinishedAt *time.Time `json:"finishedAt"`
+	// archivedAt: when the unit of work and all its objects were archived (api.ods_unit_of_work_archive, the archiver's call); NULL while not archived.
+	ArchivedAt *time.Time `json:"archivedAt"`
+	// The earliest time among its events and objects: no object of the unit of work is older, so TTL mode knows which object partitions hold only expired units of work.
+	FirstSeen time.Time `json:"firstSeen"`
+	// When the unit of work, its summary or one of its objects was last written (the ingesting transaction's time): TTL mode expires a unit of work that has not been modified for expire-after-seconds.
+	LastUpdated time.Time `json:"lastUpdated"`
+	// Per-unit-of-work time to live in seconds (TTL mode): overrides the configured ttl-expire-after for it and its objects; NULL: the configured value.
+	TTL *int32 `json:"ttl"`
 }
 
 // The time-partitioned tables of Silo, one row per table, written by partition.create_time_partitioned and deleted by partition.drop_time_partitioned. Their partitions or chunks, ranges and sizes: SELECT * FROM api.partition_chunks().
