@@ -612,7 +612,7 @@ func TestChangeAdminOnlyChannels(t *testing.T) {
 	require.NoError(t, err)
 	adminOnly, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, []string{"belts", "dead-letters"}, adminOnly)
+	require.Equal(t, []string{"belts", "dead-letters", "purge"}, adminOnly)
 
 	_, err = tx.Exec(ctx, `DELETE FROM silo.change_pending`)
 	require.NoError(t, err)

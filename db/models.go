@@ -750,6 +750,74 @@ type ProfileReaperEvent struct {
 	Created time.Time `json:"created"`
 }
 
+// The purge configuration: one row (the seed's ods.purging keys, with - written _). Read at every run, so an UPDATE takes effect at the next one; periods are checked by a trigger (sql/purge/). Read and changed over HTTP with GET/PUT /purge/config (admins) or api.purge_config and api.purge_config_set.
+type PurgeConfig struct {
+	// Always true: the table has one row.
+	Singleton bool `json:"singleton"`
+	// enabled: whether silo work runs the purge (default false). api.purge_run from psql runs whatever this says.
+	Enabled bool `json:"enabled"`
+	// mode: STANDARD (batched deletes of the units of work outside the retention period) or TTL (units of work expire when not modified for ttl_expire_after_seconds or their own ttl).
+	Mode string `json:"mode"`
+	// retention-period: a date-based period as written: nY, nM, nW, nD (also the seed's Spanish letters A = year, S = week) or ISO-8601 (P2Y, P1M, P1W, P1Y6M); default 2Y.
+	RetentionPeriod string `json:"retentionPeriod"`
+	// terminal-unit-of-works-only: when true only finished units of work are purged; when false an unfinished one is purged when it started before the lower bound (default false).
+	TerminalUnitOfWorksOnly bool `json:"terminalUnitOfWorksOnly"`
+	// archived-dependent-journey-types: journey types (PAYMENT, RECALL, BULK, BATCH) whose units of work must be archived before they are purged (default none).
+	ArchivedDependentJourneyTypes []string `json:"archivedDependentJourneyTypes"`
+	// frequency: how often a recurring run starts, a time-based amount as written: ns, nm, nh, nms (the seed also writes 2S, 1M) or ISO-8601 (PT1S, PT0.5S); default 1s.
+	Frequency string `json:"frequency"`
+	// fetch-size: units of work deleted per run at most (default 16).
+	FetchSize int32 `json:"fetchSize"`
+	// parallelism: how many batches a run splits its units of work into, deleted concurrently (default 8).
+	Parallelism int32 `json:"parallelism"`
+	// TTL mode's table-wide expiry (the seed's expireAfterSeconds): a unit of work not modified for this many seconds expires with its summary and objects, unless its own ttl says otherwise (default 63072000, two years of 365 days).
+	TTLExpireAfterSeconds int64 `json:"ttlExpireAfterSeconds"`
+	// When the configuration was last changed.
+	Updated time.Time `json:"updated"`
+}
+
+// The PurgeReport: one per execution date (a UTC day), created by the day's first run with what is to be deleted and the configuration it runs with, updated in the transaction of every batch, closed with finishedAt when nothing is left. Read with api.purge_reports and api.purge_report, or GET /purge/reports.
+type PurgeReport struct {
+	// executionDate: the UTC date of the purge; unique.
+	ExecutionDate pgtype.Date `json:"executionDate"`
+	// The purge mode of this execution: STANDARD or TTL.
+	Mode string `json:"mode"`
+	// retentionPeriod: the configured retention period, in ISO-8601 (P2Y).
+	RetentionPeriod string `json:"retentionPeriod"`
+	// retentionPeriodLowerBound: the execution date minus the retention period, at the start of that day in UTC (STANDARD). In TTL mode, the expiry cutoff of the table-wide ttl at the report's creation.
+	RetentionPeriodLowerBound time.Time `json:"retentionPeriodLowerBound"`
+	// terminalUnitOfWorksOnly: the configured flag for this execution.
+	TerminalUnitOfWorksOnly bool `json:"terminalUnitOfWorksOnly"`
+	// archivedDependentJourneyTypes: the configured journey types for this execution.
+	ArchivedDependentJourneyTypes []string `json:"archivedDependentJourneyTypes"`
+	// unitOfWorksToDelete: units of work identified for deletion when the report was created (raised when more are deleted, so it never reads less than unitOfWorksDeleted).
+	UnitOfWorksToDelete int64 `json:"unitOfWorksToDelete"`
+	// unitOfWorksDeleted: units of work deleted so far, counted in the transaction that deleted them (never twice, never for a rolled-back batch).
+	UnitOfWorksDeleted int64 `json:"unitOfWorksDeleted"`
+	// summariesDeleted: Summary rows deleted with them (the seed's class counts summaries; one per unit of work).
+	SummariesDeleted int64 `json:"summariesDeleted"`
+	// MDS, PDS, Process and Custom objects deleted with them (rows deleted or dropped with their partitions).
+	ObjectsDeleted int64 `json:"objectsDeleted"`
+	// Partitions or chunks of ods.objects dropped whole (TTL mode).
+	DroppedPartitions int32 `json:"droppedPartitions"`
+	// TTL mode: units of work past their expiry whose expiry is postponed (unfinished while terminal-unit-of-works-only, or of an archived-dependent journey type and not archived), at the last run; NULL in STANDARD mode.
+	Postponed *int64 `json:"postponed"`
+	// TTL mode: units of work that will expire in the 24 hours after the last run (the next day's expiry); NULL in STANDARD mode.
+	ExpiringNextDay *int64 `json:"expiringNextDay"`
+	// startedAt: when purging began for this date (the first run's time).
+	StartedAt time.Time `json:"startedAt"`
+	// finishedAt: when everything to delete for this date was deleted (the first run that found nothing left); NULL while it goes on.
+	FinishedAt *time.Time `json:"finishedAt"`
+	// duration: finishedAt - startedAt (NULL while not finished); answered in ISO-8601 (PT32M1.01S).
+	Duration pgtype.Interval `json:"duration"`
+	// Batches that ran for this date.
+	Runs int64 `json:"runs"`
+	// When the last batch ran.
+	LastRunAt *time.Time `json:"lastRunAt"`
+	// When progress was last published on the purge channel (at most once a second while batches run).
+	ProgressPublishedAt *time.Time `json:"progressPublishedAt"`
+}
+
 // One row: the SHA-256 of the sql/ files that schema api was last built from, so `silo migrate` rebuilds api only when that code changed.
 type SiloAPICode struct {
 	ID        bool      `json:"id"`
