@@ -141,7 +141,7 @@ func (q *Queries) PurgeTTLRun(ctx context.Context, now time.Time) (PurgeTTLRunRo
 
 const purgeTick = `-- name: PurgeTick :one
 SELECT t.enabled::boolean AS enabled, t.mode::text AS mode, t.batch_sizes::integer[] AS batch_sizes,
-       t.frequency_ms::bigint AS frequency_ms, t.execution_date, t.finished::boolean AS finished
+       t.frequency_ms::bigint AS frequency_ms, t.execution_date, t.finished::boolean AS finished, t.due::boolean AS due
 FROM api.purge_tick($1::timestamptz) t
 `
 
@@ -152,6 +152,7 @@ type PurgeTickRow struct {
 	FrequencyMs   int64       `json:"frequencyMs"`
 	ExecutionDate pgtype.Date `json:"executionDate"`
 	Finished      bool        `json:"finished"`
+	Due           bool        `json:"due"`
 }
 
 func (q *Queries) PurgeTick(ctx context.Context, now time.Time) (PurgeTickRow, error) {
@@ -164,6 +165,7 @@ func (q *Queries) PurgeTick(ctx context.Context, now time.Time) (PurgeTickRow, e
 		&i.FrequencyMs,
 		&i.ExecutionDate,
 		&i.Finished,
+		&i.Due,
 	)
 	return i, err
 }

@@ -8,7 +8,7 @@ SELECT api.purge_config_set(sqlc.arg(config)::jsonb)::jsonb AS config;
 
 -- name: PurgeTick :one
 SELECT t.enabled::boolean AS enabled, t.mode::text AS mode, t.batch_sizes::integer[] AS batch_sizes,
-       t.frequency_ms::bigint AS frequency_ms, t.execution_date, t.finished::boolean AS finished
+       t.frequency_ms::bigint AS frequency_ms, t.execution_date, t.finished::boolean AS finished, t.due::boolean AS due
 FROM api.purge_tick(sqlc.arg(now)::timestamptz) t;
 
 -- name: PurgeBatch :one

@@ -52,6 +52,9 @@ type Config struct {
 	// PartitionMaintenanceInterval is how often the time-partitioned tables are maintained (0:
 	// DefaultPartitionMaintenanceInterval; negative: never).
 	PartitionMaintenanceInterval time.Duration
+	// PurgeTick is how often the ODS purge job is scheduled (0: DefaultPurgeTick; negative: never).
+	// Whether it purges, how and how often is purge.config's (enabled, mode, frequency).
+	PurgeTick time.Duration
 }
 
 func (c *Config) defaults() {
@@ -73,6 +76,17 @@ func (c *Config) defaults() {
 	if c.PartitionMaintenanceInterval == 0 {
 		c.PartitionMaintenanceInterval = DefaultPartitionMaintenanceInterval
 	}
+	if c.PurgeTick == 0 {
+		c.PurgeTick = DefaultPurgeTick
+	}
+}
+
+// purgeTick is how long one purge job goes on: the tick it is scheduled at.
+func purgeTick(tick time.Duration) time.Duration {
+	if tick <= 0 {
+		return DefaultPurgeTick
+	}
+	return tick
 }
 
 // NewClient returns a River client that works Silo's queues and schedules its periodic jobs. The
@@ -96,6 +110,7 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 	river.AddWorker(workers, &IdempotencyTrimWorker{queries: db.New(pool), logger: cfg.Logger})
 	river.AddWorker(workers, &PartitionMaintenanceWorker{queries: db.New(pool), logger: cfg.Logger})
 	river.AddWorker(workers, &EventTrimWorker{queries: db.New(pool), logger: cfg.Logger})
+	river.AddWorker(workers, &PurgeWorker{queries: db.New(pool), logger: cfg.Logger, tick: purgeTick(cfg.PurgeTick)})
 
 	periodic := []*river.PeriodicJob{river.NewPeriodicJob(
 		river.PeriodicInterval(cfg.MaintenanceInterval),
@@ -134,9 +149,16 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "partition_maintenance"},
 		))
 	}
+	if cfg.PurgeTick > 0 {
+		periodic = append(periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(cfg.PurgeTick),
+			func() (river.JobArgs, *river.InsertOpts) { return PurgeArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true, ID: "purge"},
+		))
+	}
 	return &river.Config{
 		Logger:       cfg.Logger,
-		Queues:       map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 2}},
+		Queues:       map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 2}, QueuePurge: {MaxWorkers: 1}},
 		Workers:      workers,
 		PeriodicJobs: periodic,
 	}

@@ -243,7 +243,7 @@ COMMENT ON FUNCTION api.purge_batch(timestamptz, integer) IS
 
 CREATE FUNCTION api.purge_tick(p_now timestamptz DEFAULT now(),
                                OUT enabled boolean, OUT mode text, OUT batch_sizes integer[], OUT frequency_ms bigint,
-                               OUT execution_date date, OUT finished boolean)
+                               OUT execution_date date, OUT finished boolean, OUT due boolean)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -258,16 +258,19 @@ BEGIN
     batch_sizes := purge_private.batch_sizes(v_cfg.fetch_size, v_cfg.parallelism);
     frequency_ms := (extract(epoch FROM purge_private.time_period(v_cfg.frequency)) * 1000)::bigint;
     finished := false;
+    due := false;
     IF enabled THEN
         v_r := purge_private.report_open(p_now);
         mode := v_r.mode;
         execution_date := v_r.execution_date;
         finished := v_r.finished_at IS NOT NULL;
+        due := v_r.last_run_at IS NULL OR v_r.last_run_at + purge_private.time_period(v_cfg.frequency) <= p_now
+               OR v_r.last_run_at > p_now;
     END IF;
 END
 $$;
 COMMENT ON FUNCTION api.purge_tick(timestamptz) IS
-    'What silo work''s recurring purge does now (p_now, default now()): enabled (purge.config), mode (of the day''s report when enabled, else the configured one), batch_sizes (fetch-size split into parallelism batches, purge_private.batch_sizes), frequency_ms, and when enabled execution_date and finished (the day''s report is closed), after opening the day''s report if there is none. Publishes kind started on channel purge when it opens one. Raises SLINV when p_now is NULL.';
+    'What silo work''s recurring purge does now (p_now, default now()): enabled (purge.config), mode (of the day''s report when enabled, else the configured one), batch_sizes (fetch-size split into parallelism batches, purge_private.batch_sizes), frequency_ms, and when enabled execution_date, finished (the day''s report is closed) and due (no batch ran within the last frequency before p_now), after opening the day''s report if there is none. Publishes kind started on channel purge when it opens one. Raises SLINV when p_now is NULL.';
 
 CREATE FUNCTION api.purge_run(p_now timestamptz DEFAULT now())
 RETURNS jsonb
