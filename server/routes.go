@@ -55,6 +55,7 @@ func New(cfg Config) http.Handler {
 	route("POST /belts/{id}/state", s.beltStateSet)
 	s.eventRoutes(route)
 	s.odsRoutes(route)
+	s.purgeRoutes(route)
 
 	// Accounts in Pryv's model, under /{username}/: a mux of their own (router.go says why).
 	account := func(pattern string, h http.HandlerFunc) {
