@@ -196,6 +196,17 @@ type APIProfilestoreLatest struct {
 	Value          json.RawMessage `json:"value"`
 }
 
+// Always empty: the row type of api.retention_run. target: the row of purge.retention_targets; setting: its silo.settings key; retention: the value applied; cutoff: the run's time minus the retention; result: what its trim function returned, as JSON (NULL when it failed); sqlstate and message: why it failed.
+type APIRetentionResult struct {
+	Target    *string         `json:"target"`
+	Setting   *string         `json:"setting"`
+	Retention pgtype.Interval `json:"retention"`
+	Cutoff    *time.Time      `json:"cutoff"`
+	Result    json.RawMessage `json:"result"`
+	SQLState  *string         `json:"sqlstate"`
+	Message   *string         `json:"message"`
+}
+
 // Every access token, active and revoked, without its hash: id, name, roles (reader roles), can_write, is_admin, created, revoked (NULL: active).
 type APIToken struct {
 	ID       int64      `json:"id"`
@@ -816,6 +827,28 @@ type PurgeReport struct {
 	LastRunAt *time.Time `json:"lastRunAt"`
 	// When progress was last published on the purge channel (at most once a second while batches run).
 	ProgressPublishedAt *time.Time `json:"progressPublishedAt"`
+}
+
+// What silo work's retention job keeps bounded, one row per kind of time-ordered data: the silo.settings key of its retention, the function that trims it, and the last run's outcome. Read by api.retention_run; a DBA may disable a target.
+type PurgeRetentionTarget struct {
+	// The target's name (event, change, idempotency, ...).
+	Name string `json:"name"`
+	// The silo.settings key that holds its retention (a PostgreSQL interval).
+	Setting string `json:"setting"`
+	// The retention used when silo.settings has no such key.
+	DefaultValue string `json:"defaultValue"`
+	// The function that applies the retention: api.<name>(p_retention interval, p_now timestamptz), called with the setting's value and the run's time; its result (any type) is recorded as JSON.
+	TrimFunction string `json:"trimFunction"`
+	// What is trimmed and how.
+	Description string `json:"description"`
+	// Whether the retention job applies it (default true).
+	Enabled bool `json:"enabled"`
+	// When it was last applied.
+	LastRunAt *time.Time `json:"lastRunAt"`
+	// The trim function's result at the last run, as JSON (NULL when it failed).
+	LastResult json.RawMessage `json:"lastResult"`
+	// Why the last run failed (SQLSTATE and message), NULL when it did not.
+	LastError *string `json:"lastError"`
 }
 
 // One row: the SHA-256 of the sql/ files that schema api was last built from, so `silo migrate` rebuilds api only when that code changed.

@@ -79,7 +79,7 @@ func TestPurgeSingleScheduler(t *testing.T) {
 	require.NoError(t, err)
 
 	start := func(p *pgxpool.Pool) *river.Client[pgx.Tx] {
-		rc := riverConfig(p, Config{ReaperInterval: -1, ChangeTrimInterval: -1, PartitionMaintenanceInterval: -1, PurgeTick: 500 * time.Millisecond})
+		rc := riverConfig(p, Config{ReaperInterval: -1, PartitionMaintenanceInterval: -1, PurgeTick: 500 * time.Millisecond})
 		rc.TestOnly = true
 		client, err := river.NewClient(riverpgxv5.New(p), rc)
 		require.NoError(t, err)
