@@ -47,10 +47,18 @@ func TestPurgeConfigDefaultsAndSet(t *testing.T) {
 	require.Equal(t, []any{"PAYMENT", "RECALL"}, cfg["archived-dependent-journey-types"])
 	require.Equal(t, float64(500), cfg["fetch-size"])
 	require.Equal(t, float64(8), cfg["parallelism"], "keys not given stay")
+	raw, err = q.PurgeConfigSet(ctx, []byte(`{"parallelism": 4}`))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &cfg))
+	require.Equal(t, []any{"PAYMENT", "RECALL"}, cfg["archived-dependent-journey-types"], "keys not given stay")
+	raw, err = q.PurgeConfigSet(ctx, []byte(`{"archived-dependent-journey-types": []}`))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &cfg))
+	require.Equal(t, []any{}, cfg["archived-dependent-journey-types"])
 
 	var n int
 	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM change_private.outbox WHERE channel = 'purge' AND kind = 'config'`).Scan(&n))
-	require.Equal(t, 1, n)
+	require.Equal(t, 3, n, "each change is published")
 
 	for body, code := range map[string]string{
 		`[]`:                  "SPCFG",

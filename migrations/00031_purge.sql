@@ -72,8 +72,8 @@ COMMENT ON COLUMN purge.reports.expiring_next_day IS 'TTL mode: units of work th
 COMMENT ON COLUMN purge.reports.started_at IS 'startedAt: when purging began for this date (the first run''s time).';
 COMMENT ON COLUMN purge.reports.finished_at IS 'finishedAt: when everything to delete for this date was deleted (the first run that found nothing left); NULL while it goes on.';
 COMMENT ON COLUMN purge.reports.duration IS 'duration: finishedAt - startedAt (NULL while not finished); answered in ISO-8601 (PT32M1.01S).';
-COMMENT ON COLUMN purge.reports.runs IS 'Batches that ran for this date.';
-COMMENT ON COLUMN purge.reports.last_run_at IS 'When the last batch ran.';
+COMMENT ON COLUMN purge.reports.runs IS 'Batches (or TTL runs) for this date that deleted or dropped something.';
+COMMENT ON COLUMN purge.reports.last_run_at IS 'When the last batch that deleted something, the last TTL run, or the run that closed the report ran: silo work starts the next run a frequency later.';
 COMMENT ON COLUMN purge.reports.progress_published_at IS 'When progress was last published on the purge channel (at most once a second while batches run).';
 
 -- +goose Down

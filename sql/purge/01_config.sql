@@ -204,9 +204,9 @@ BEGIN
         mode = coalesce(p_config ->> 'mode', c.mode),
         retention_period = coalesce(btrim(p_config ->> 'retention-period'), c.retention_period),
         terminal_unit_of_works_only = coalesce((p_config ->> 'terminal-unit-of-works-only')::boolean, c.terminal_unit_of_works_only),
-        archived_dependent_journey_types = coalesce(
-            (SELECT coalesce(array_agg(DISTINCT e ORDER BY e), '{}') FROM jsonb_array_elements_text(p_config -> 'archived-dependent-journey-types') e),
-            c.archived_dependent_journey_types),
+        archived_dependent_journey_types = CASE WHEN p_config ? 'archived-dependent-journey-types' THEN
+            (SELECT coalesce(array_agg(DISTINCT e ORDER BY e), '{}') FROM jsonb_array_elements_text(p_config -> 'archived-dependent-journey-types') e)
+            ELSE c.archived_dependent_journey_types END,
         frequency = coalesce(btrim(p_config ->> 'frequency'), c.frequency),
         fetch_size = coalesce((p_config ->> 'fetch-size')::integer, c.fetch_size),
         parallelism = coalesce((p_config ->> 'parallelism')::integer, c.parallelism),

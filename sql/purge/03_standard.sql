@@ -155,7 +155,7 @@ BEGIN
         summaries_deleted = r.summaries_deleted + p_summaries,
         objects_deleted = r.objects_deleted + p_objects,
         dropped_partitions = r.dropped_partitions + p_dropped,
-        runs = r.runs + 1,
+        runs = r.runs + CASE WHEN p_units > 0 OR p_dropped > 0 THEN 1 ELSE 0 END,
         last_run_at = p_now,
         progress_published_at = CASE WHEN (p_units > 0 OR p_dropped > 0)
                                           AND (r.progress_published_at IS NULL OR r.progress_published_at <= p_now - interval '1 second')
@@ -169,7 +169,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION purge_private.count_deleted(date, timestamptz, integer, integer, bigint, integer) IS
-    'Adds a batch''s deletions to the report of p_date in the caller''s transaction (so they count exactly when they commit): units of work, summaries, objects, dropped partitions, one run at p_now; unitOfWorksToDelete is raised to unitOfWorksDeleted when more were deleted than first counted. Publishes kind progress on channel purge at most once a second of p_now. Returns the report. Raises nothing of its own.';
+    'Adds a batch''s deletions to the report of p_date in the caller''s transaction (so they count exactly when they commit): units of work, summaries, objects, dropped partitions, one run at p_now (counted in runs when it deleted or dropped something); unitOfWorksToDelete is raised to unitOfWorksDeleted when more were deleted than first counted. Publishes kind progress on channel purge at most once a second of p_now. Returns the report. Raises nothing of its own.';
 
 CREATE FUNCTION purge_private.close(p_report purge.reports, p_now timestamptz)
 RETURNS purge.reports
