@@ -92,6 +92,19 @@ func (bn *bench) seedOld(ctx context.Context, prefix string, n, ageDays, spreadD
 	return err
 }
 
+// requireODSEmpty fails unless every row of the ODS is gone.
+func (bn *bench) requireODSEmpty(ctx context.Context) error {
+	var n int64
+	if err := bn.raw.QueryRow(ctx, `SELECT (SELECT count(*) FROM ods.unit_of_works) + (SELECT count(*) FROM ods.summaries)
+		+ (SELECT count(*) FROM ods.objects)`).Scan(&n); err != nil {
+		return err
+	}
+	if n != 0 {
+		return fmt.Errorf("%d rows of the ODS are left", n)
+	}
+	return nil
+}
+
 // siloPurge runs STANDARD batches as silo work does, back to back, until the day's report closes
 // or stop is closed; it returns the units of work deleted and the time it took.
 func (bn *bench) siloPurge(ctx context.Context, now time.Time, stop <-chan struct{}) (int64, time.Duration, error) {
@@ -285,13 +298,20 @@ func purgeWorkload(ctx context.Context, bn *bench, rp *report) error {
 			if err == nil && n != purgeUnits {
 				err = fmt.Errorf("the purge deleted %d units of work of %d", n, purgeUnits)
 			}
+			if err == nil {
+				err = bn.requireODSEmpty(ctx)
+			}
 			return float64(n) / took.Seconds(), err
 		},
 		func() (float64, error) {
 			if err := bn.seedODS(ctx, "r", purgeUnits, 3*365, 1); err != nil {
 				return 0, err
 			}
-			return bn.rawPurge(ctx, "r", purgeUnits)
+			rate, err := bn.rawPurge(ctx, "r", purgeUnits)
+			if err == nil {
+				err = bn.requireODSEmpty(ctx)
+			}
+			return rate, err
 		})
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -136,9 +137,21 @@ func TestOdsIngestRefusals(t *testing.T) {
 		{"unitOfWorkId": "u", "globalStatus": "PENDING", "createdAt": "yesterday"},
 		{"unitOfWorkId": "u", "globalStatus": "PENDING", "journeyType": "TRAVEL"},
 		{"unitOfWorkId": "u", "globalStatus": "PENDING", "ttl": -3},
-		{"unitOfWorkId": "u", "globalStatus": "PENDING"}]`)
+		{"unitOfWorkId": "u", "globalStatus": "PENDING"},
+		{"unitOfWorkId": "u", "globalStatus": "PENDING", "createdAt": "2021-02-30T00:00:00Z"},
+		{"unitOfWorkId": "u", "globalStatus": "PENDING", "createdAt": "2021-02-03T00:00:00"},
+		{"unitOfWorkId": "u", "globalStatus": "PENDING", "createdAt": "1960-01-01T00:00:00Z"},
+		{"unitOfWorkId": "u", "globalStatus": "PENDING", "createdAt": 1621123200000, "id": "ms"},
+		{"unitOfWorkId": "u", "globalStatus": "PENDING", "createdAt": "2021-05-16T02:00+02:00", "id": "offset"}]`)
 	require.Equal(t, []string{"refused:SOINV", "refused:SOINV", "refused:SOSTA", "refused:SOSTA", "refused:SOTIM",
-		"refused:SOINV", "refused:SOINV", "stored"}, got)
+		"refused:SOINV", "refused:SOINV", "stored", "refused:SOTIM", "refused:SOTIM", "refused:SOTIM", "stored", "stored"}, got)
+	var times []time.Time
+	rows0, err := tx.Query(context.Background(), `SELECT created_at FROM ods.objects WHERE object_id IN ('ms', 'offset') ORDER BY object_id`)
+	require.NoError(t, err)
+	times, err = pgx.CollectRows(rows0, pgx.RowTo[time.Time])
+	require.NoError(t, err)
+	require.Equal(t, "2021-05-16T00:00:00Z", times[0].UTC().Format(time.RFC3339))
+	require.Equal(t, "2021-05-16T00:00:00Z", times[1].UTC().Format(time.RFC3339))
 
 	rows, err := tx.Query(context.Background(), `SELECT status || coalesce(':' || sqlstate, '') FROM api.ods_append($1::jsonb)`,
 		`[{"unitOfWorkId": "u", "kind": "XX", "type": "t", "payload": 1}, {"unitOfWorkId": "u", "kind": "MDS", "payload": 1},

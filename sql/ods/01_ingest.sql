@@ -7,6 +7,9 @@
 -- * Set-based: one statement checks every item, stores the objects, upserts one row per unit of
 --   work and one Summary per unit of work. ON CONFLICT DO UPDATE may touch a row once per
 --   statement, so the items are first reduced to one row per unit of work, in item order.
+--   The Summary's counts reach it through a JSON object keyed by unit of work rather than a join
+--   of two CTEs, which the planner, blind to their sizes, would run as a nested loop (quadratic in
+--   the units of work of a call).
 -- * startedAt is the time of the first event ingested for a unit of work (not the earliest time
 --   seen): the seed maps it from the first ProcessFlowEvent ingested. finishedAt is the time of the
 --   first event whose global status is terminal; neither moves once set.
@@ -32,6 +35,48 @@ $$;
 COMMENT ON FUNCTION ods_private.iso(timestamptz) IS
     'p_at as an ISO-8601 date-time in UTC with milliseconds (2021-05-17T00:00:00.000Z); NULL for NULL. Raises nothing.';
 
+-- Times come as ISO-8601 with an offset or Z (or epoch milliseconds, as the event store takes
+-- them). A strict pattern first, then the cast; only a day from 29 to 31 may name no date (02-30),
+-- and only then is the cast's error caught (a subtransaction): cheaper per item than a general
+-- date parser.
+CREATE FUNCTION ods_private.time_of(p_value jsonb)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_text text;
+    v_at   timestamptz;
+BEGIN
+    IF jsonb_typeof(p_value) = 'number' OR jsonb_typeof(p_value) = 'string' THEN
+        v_text := p_value #>> '{}';
+    ELSE
+        RETURN NULL;
+    END IF;
+    IF v_text ~ '^[0-9]{1,15}$' THEN
+        v_at := timestamptz 'epoch' + v_text::bigint * interval '1 millisecond';
+    ELSIF jsonb_typeof(p_value) = 'string'
+          AND v_text ~ '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,9})?)?(Z|[+-]([01][0-9]|2[0-3])(:?[0-5][0-9])?)$' THEN
+        IF substr(v_text, 9, 2) <= '28' THEN
+            v_at := v_text::timestamptz;
+        ELSE
+            BEGIN
+                v_at := v_text::timestamptz;
+            EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format THEN
+                RETURN NULL;
+            END;
+        END IF;
+    ELSE
+        RETURN NULL;
+    END IF;
+    IF v_at < timestamptz '1970-01-01 00:00Z' OR v_at >= timestamptz '10000-01-01 00:00Z' THEN
+        RETURN NULL;
+    END IF;
+    RETURN v_at;
+END
+$$;
+COMMENT ON FUNCTION ods_private.time_of(jsonb) IS
+    'The time p_value gives: an ISO-8601 date-time with seconds optional and an offset or Z (2021-05-16T09:00:00Z, 2021-05-16T11:00+02:00), or epoch milliseconds (a number or a string of up to 15 digits); NULL when it is none of these, names no real date, or is outside 1970 to 9999. Raises nothing.';
+
 -- The checks of one item, first broken rule wins. Events need a known global status; objects a
 -- kind and a payload.
 CREATE FUNCTION ods_private.item_problem(p_item jsonb, p_events boolean)
@@ -49,8 +94,8 @@ AS $$
              OR length(p_item ->> 'id') NOT BETWEEN 1 AND 256
             THEN ARRAY['SOINV', 'id must be a string of 1 to 256 characters when given']
         WHEN coalesce(jsonb_typeof(p_item -> 'createdAt'), 'null') <> 'null'
-             AND event_private.timestamp_of(p_item -> 'createdAt') IS NULL
-            THEN ARRAY['SOTIM', 'createdAt must be an ISO-8601 date-time (or epoch milliseconds) from 1970 to 9999, got '
+             AND ods_private.time_of(p_item -> 'createdAt') IS NULL
+            THEN ARRAY['SOTIM', 'createdAt must be an ISO-8601 date-time with an offset or Z (or epoch milliseconds) from 1970 to 9999, got '
                                 || left((p_item -> 'createdAt')::text, 100)]
         WHEN coalesce(jsonb_typeof(p_item -> 'ttl'), 'null') NOT IN ('number', 'null')
              OR (jsonb_typeof(p_item -> 'ttl') = 'number' AND (p_item ->> 'ttl') !~ '^[1-9][0-9]{0,8}$')
@@ -92,7 +137,7 @@ BEGIN
     ), valid AS (
         SELECT i.ord, i.item ->> 'unitOfWorkId' AS uow,
                coalesce(i.item ->> 'id', gen_random_uuid()::text) AS object_id,
-               coalesce(event_private.timestamp_of(i.item -> 'createdAt'), now()) AS at,
+               coalesce(ods_private.time_of(i.item -> 'createdAt'), now()) AS at,
                CASE WHEN p_events THEN 'PROCESS' ELSE i.item ->> 'kind' END AS kind,
                CASE WHEN p_events THEN coalesce(i.item ->> 'name', 'ProcessFlowEvent') ELSE i.item ->> 'type' END AS type,
                CASE WHEN p_events THEN i.item ELSE i.item -> 'payload' END AS payload,
@@ -132,10 +177,13 @@ BEGIN
             last_updated  = excluded.last_updated,
             ttl           = coalesce(excluded.ttl, u.ttl)
         RETURNING u.id, u.journey_type, u.global_status
+    ), counts AS MATERIALIZED (
+        SELECT jsonb_object_agg(p.uow, jsonb_build_array(p.events, p.last_event)) AS by_uow FROM per_uow p
     ), summaries AS (
         INSERT INTO ods.summaries AS s (unit_of_work_id, journey_type, global_status, events, last_event, last_updated)
-        SELECT u.id, u.journey_type, u.global_status, p.events, CASE WHEN p_events THEN p.last_event END, now()
-        FROM uows u JOIN per_uow p ON p.uow = u.id
+        SELECT u.id, u.journey_type, u.global_status, (c.by_uow -> u.id ->> 0)::integer,
+               CASE WHEN p_events THEN c.by_uow -> u.id ->> 1 END, now()
+        FROM uows u CROSS JOIN counts c
         ORDER BY u.id
         ON CONFLICT (unit_of_work_id) DO UPDATE
         SET journey_type  = excluded.journey_type,
