@@ -18,7 +18,7 @@ CREATE FUNCTION purge_private.date_period(p_text text)
 RETURNS interval
 LANGUAGE sql IMMUTABLE
 AS $$
-    SELECT CASE WHEN t ~ '^P?([0-9]{1,6}[YAMWSD])+$' THEN (
+    SELECT CASE WHEN t ~ '^P?([0-9]{1,6}[YAMWSD]){1,4}$' THEN (
                SELECT sum(CASE m[2] WHEN 'Y' THEN m[1]::integer * interval '1 year'
                                     WHEN 'A' THEN m[1]::integer * interval '1 year'
                                     WHEN 'M' THEN m[1]::integer * interval '1 month'
@@ -30,13 +30,13 @@ AS $$
     FROM (SELECT upper(btrim(p_text)) AS t) x;
 $$;
 COMMENT ON FUNCTION purge_private.date_period(text) IS
-    'The date-based period p_text names, as an interval of years, months and days: one or more nU where U is Y (year; A, the seed''s año), M (month), W (week; S, the seed''s semana) or D (day), n up to six digits, optionally after P (ISO-8601: P2Y, P1Y6M, P1W); case-insensitive. NULL when p_text is none of these. Raises nothing.';
+    'The date-based period p_text names, as an interval of years, months and days: one to four nU where U is Y (year; A, the seed''s año), M (month), W (week; S, the seed''s semana) or D (day), n up to six digits, optionally after P (ISO-8601: P2Y, P1Y6M, P1W); case-insensitive. NULL when p_text is none of these. Raises nothing.';
 
 CREATE FUNCTION purge_private.time_period(p_text text)
 RETURNS interval
 LANGUAGE sql IMMUTABLE
 AS $$
-    SELECT CASE WHEN t ~ '^(PT)?([0-9]{1,9}(\.[0-9]{1,6})?(MS|D|H|M|S))+$' AND t !~ '^PT.*(MS|D)' THEN (
+    SELECT CASE WHEN t ~ '^(PT)?([0-9]{1,6}(\.[0-9]{1,6})?(MS|D|H|M|S)){1,4}$' AND t !~ '^PT.*(MS|D)' THEN (
                SELECT sum(CASE m[2] WHEN 'MS' THEN m[1]::numeric * interval '1 millisecond'
                                     WHEN 'D' THEN m[1]::numeric * interval '1 day'
                                     WHEN 'H' THEN m[1]::numeric * interval '1 hour'
@@ -47,7 +47,7 @@ AS $$
     FROM (SELECT upper(btrim(p_text)) AS t) x;
 $$;
 COMMENT ON FUNCTION purge_private.time_period(text) IS
-    'The time-based amount p_text names, as an interval: one or more nU where U is MS (milliseconds), S (seconds), M (minutes), H (hours) or D (days), n a number with up to six decimals (1s, 2S, 1m, 500ms, 1m30s), or ISO-8601 PT... with H, M, S (PT1S, PT0.5S, PT1M30S); case-insensitive. NULL when p_text is none of these. Raises nothing.';
+    'The time-based amount p_text names, as an interval: one to four nU where U is MS (milliseconds), S (seconds), M (minutes), H (hours) or D (days), n up to six digits with up to six decimals (1s, 2S, 1m, 500ms, 1m30s), or ISO-8601 PT... with H, M, S (PT1S, PT0.5S, PT1M30S); case-insensitive. NULL when p_text is none of these. Raises nothing.';
 
 -- Java's Period.toString: P2Y, P1Y6M, P7D (weeks are days), P0D.
 CREATE FUNCTION purge_private.iso_period(p_period interval)
@@ -130,8 +130,8 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF purge_private.date_period(NEW.retention_period) IS NULL
-       OR purge_private.date_period(NEW.retention_period) <= interval '0' THEN
-        RAISE EXCEPTION 'retention-period must be a positive date-based period, got %', NEW.retention_period
+       OR purge_private.date_period(NEW.retention_period) NOT BETWEEN interval '1 day' AND interval '1000 years' THEN
+        RAISE EXCEPTION 'retention-period must be a date-based period from a day to 1000 years, got %', NEW.retention_period
             USING ERRCODE = 'SPPER', HINT = 'nY, nM, nW or nD (2Y, 6M, 1W), or ISO-8601 (P2Y, P1Y6M)';
     END IF;
     IF purge_private.time_period(NEW.frequency) IS NULL
@@ -144,7 +144,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION purge_private.tg_config__check() IS
-    'Trigger of purge.config: refuses a retention_period that is no positive date-based period and a frequency that is no time-based amount from 10 ms to a day (SPPER), and stamps updated. Raises SPPER.';
+    'Trigger of purge.config: refuses a retention_period that is no date-based period from a day to 1000 years and a frequency that is no time-based amount from 10 ms to a day (SPPER), and stamps updated. Raises SPPER.';
 CREATE TRIGGER config__check BEFORE INSERT OR UPDATE ON purge.config
     FOR EACH ROW EXECUTE FUNCTION purge_private.tg_config__check();
 
@@ -227,12 +227,12 @@ DECLARE
     v_text   text := coalesce(p_retention_period, (purge_private.config()).retention_period);
     v_period interval := purge_private.date_period(v_text);
 BEGIN
-    IF v_period IS NULL OR v_period <= interval '0' OR p_now IS NULL THEN
-        RAISE EXCEPTION 'retention period must be a positive date-based period, got %', v_text
+    IF v_period IS NULL OR v_period NOT BETWEEN interval '1 day' AND interval '1000 years' OR p_now IS NULL THEN
+        RAISE EXCEPTION 'retention period must be a date-based period from a day to 1000 years, got %', v_text
             USING ERRCODE = 'SPPER', HINT = 'nY, nM, nW or nD (2Y, 6M, 1W), or ISO-8601 (P2Y, P1Y6M); p_now must not be null';
     END IF;
     RETURN purge_private.lower_bound(p_now, v_period);
 END
 $$;
 COMMENT ON FUNCTION api.purge_lower_bound(timestamptz, text) IS
-    'The retention period''s lower bound of a purge run at p_now (default now()) with retention period p_retention_period (default NULL: the configured one): the UTC date of p_now minus the period, at the start of that day in UTC. Raises SPPER when the period is no positive date-based period or p_now is NULL.';
+    'The retention period''s lower bound of a purge run at p_now (default now()) with retention period p_retention_period (default NULL: the configured one): the UTC date of p_now minus the period, at the start of that day in UTC. Raises SPPER when the period is no date-based period from a day to 1000 years, or p_now is NULL.';
