@@ -8,7 +8,8 @@ package main
 //     report closes), units of work per second. Baseline: the same deletes in plain SQL (select
 //     the ids, delete summaries, objects, units of work in one transaction per batch), as many
 //     connections. Target ≥ 10,000 units of work/s.
-//  2. Purge while ingestion runs at a fixed 1,000 units of work/s over HTTP (POST
+//  2. Purge, paced as silo work paces it (a run of 600 units of work in 2 batches every 100 ms),
+//     while ingestion runs at a fixed 1,000 units of work/s over HTTP (POST
 //     /ods/process-flow-events with its two events, then POST /ods/objects with its eight other
 //     objects, scheduled every millisecond, latency from the scheduled time): the purge's rate,
 //     and ingestion's p99 over the units of work due while the purge ran next to its p99 over the
@@ -36,24 +37,38 @@ import (
 )
 
 const (
-	purgeUnits        = 20000 // units of work per run of figure 1
-	purgeBatch        = 500   // units of work per batch
-	purgeParallel     = 4     // concurrent batches
-	purgeTarget       = 10000 // units of work/s
-	purgeMixedUnits   = 40000 // old units of work seeded for figure 2
-	purgeMixedTarget  = 5000
-	purgeIngestRate   = 1000 // units of work/s
-	purgeIngestFor    = 8 * time.Second
-	purgeIngestConns  = 32
-	purgeP99Ratio     = 1.5
-	purgeTTLUnits     = 100000 // 1.2 million rows
-	purgeTTLTarget    = 1000000
-	purgeMixedRuns    = 3
-	purgeObjectsPerUW = 10
+	purgeUnits       = 20000 // units of work per run of figure 1
+	purgeBatch       = 500   // units of work per batch
+	purgeParallel    = 4     // concurrent batches
+	purgeTarget      = 10000 // units of work/s
+	purgeMixedUnits  = 40000 // old units of work seeded for figure 2
+	purgeMixedTarget = 5000
+	purgeIngestRate  = 1000 // units of work/s
+	purgeIngestFor   = 10 * time.Second
+	purgeIngestConns = 200 // clients: two requests per unit of work, so enough for latencies up to 200 ms
+	purgeP99Ratio    = 1.5
+	purgeTTLUnits    = 100000 // 1.2 million rows
+	purgeTTLTarget   = 1000000
+	purgeMixedRuns   = 3
+	// While ingestion runs, the purge is paced as silo work paces it: a run every frequency of
+	// fetch-size units of work in parallelism batches (6,000 units of work/s at most).
+	purgePacedFetch     = 600
+	purgePacedParallel  = 2
+	purgePacedFrequency = 100 * time.Millisecond
+	purgeObjectsPerUW   = 10
 )
 
 func init() {
-	register(workload{order: 80, only: []string{"purge"}, run: purgeWorkload})
+	register(workload{order: 80, only: []string{"purge", "purge-alone"}, run: purgeAloneWorkload})
+	register(workload{order: 81, only: []string{"purge", "purge-ingest"}, run: purgeIngestWorkload})
+	register(workload{order: 82, only: []string{"purge", "purge-ttl"}, run: purgeTTLWorkload})
+}
+
+// odsBackend is the partitioning backend of ods.objects, for the notes.
+func (bn *bench) odsBackend(ctx context.Context) (string, error) {
+	var backend string
+	err := bn.raw.QueryRow(ctx, `SELECT backend FROM partition.tables WHERE relation = 'ods.objects'::regclass`).Scan(&backend)
+	return backend, err
 }
 
 // seedODS empties the ODS and the purge reports and inserts n units of work of prefix, finished
@@ -139,6 +154,48 @@ func (bn *bench) siloPurge(ctx context.Context, now time.Time, stop <-chan struc
 	wg.Wait()
 	close(errc)
 	return deleted.Load(), time.Since(start), <-errc
+}
+
+// pacedPurge runs the purge as silo work does with fetch-size purgePacedFetch, parallelism
+// purgePacedParallel and frequency purgePacedFrequency, until the day's report closes or stop is
+// closed; it returns the units of work deleted and the time it took.
+func (bn *bench) pacedPurge(ctx context.Context, now time.Time, stop <-chan struct{}) (int64, time.Duration, error) {
+	var deleted atomic.Int64
+	start := time.Now()
+	for {
+		runStart := time.Now()
+		var finished atomic.Bool
+		var wg sync.WaitGroup
+		errc := make(chan error, purgePacedParallel)
+		for range purgePacedParallel {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b, err := bn.q.PurgeBatch(ctx, db.PurgeBatchParams{Now: now, BatchLimit: purgePacedFetch / purgePacedParallel})
+				if err != nil {
+					errc <- err
+					return
+				}
+				deleted.Add(int64(b.UnitOfWorksDeleted))
+				if b.Finished {
+					finished.Store(true)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errc)
+		if err := <-errc; err != nil {
+			return deleted.Load(), time.Since(start), err
+		}
+		if finished.Load() || time.Since(start) > runDeadline {
+			return deleted.Load(), time.Since(start), nil
+		}
+		select {
+		case <-stop:
+			return deleted.Load(), time.Since(start), nil
+		case <-time.After(time.Until(runStart.Add(purgePacedFrequency))):
+		}
+	}
 }
 
 // rawPurge deletes the same rows in plain SQL: each client takes its share of the ids in batches.
@@ -296,13 +353,12 @@ func (bn *bench) ingestAtRate(ctx context.Context, prefix string, d time.Duratio
 	return lat, <-errc
 }
 
-func purgeWorkload(ctx context.Context, bn *bench, rp *report) error {
-	var backend string
-	if err := bn.raw.QueryRow(ctx, `SELECT backend FROM partition.tables WHERE relation = 'ods.objects'::regclass`).Scan(&backend); err != nil {
+// purgeAloneWorkload is figure 1: the purge alone.
+func purgeAloneWorkload(ctx context.Context, bn *bench, rp *report) error {
+	backend, err := bn.odsBackend(ctx)
+	if err != nil {
 		return err
 	}
-
-	// 1. Purge alone.
 	name := fmt.Sprintf("ODS purge, %d × %d units of work per batch", purgeParallel, purgeBatch)
 	log.Printf("%s ...", name)
 	res, err := takeTurns(runs, 1, nil,
@@ -336,8 +392,14 @@ func purgeWorkload(ctx context.Context, bn *bench, rp *report) error {
 	rp.notes = append(rp.notes, fmt.Sprintf("%s: each unit of work a Summary and %d objects (%d rows); ods.objects on %s",
 		name, purgeObjectsPerUW, purgeObjectsPerUW+2, backend))
 
-	// 2. Purge while ingestion runs at a fixed rate; ingestion alone in the same run.
-	name = fmt.Sprintf("ODS purge while ingesting %d uow/s over HTTP", purgeIngestRate)
+	return bn.odsEmpty(ctx)
+}
+
+// purgeIngestWorkload is figure 2: the purge while ingestion runs at a fixed rate, and ingestion
+// alone in the same run.
+func purgeIngestWorkload(ctx context.Context, bn *bench, rp *report) error {
+	name := fmt.Sprintf("ODS purge (%d per %s in %d batches) while ingesting %d uow/s over HTTP", purgePacedFetch,
+		purgePacedFrequency, purgePacedParallel, purgeIngestRate)
 	log.Printf("%s ...", name)
 	var purgeRates, p99Alone, p99With, p50Alone, p50With []float64
 	for run := range purgeMixedRuns + 1 {
@@ -356,7 +418,7 @@ func purgeWorkload(ctx context.Context, bn *bench, rp *report) error {
 		go func() {
 			defer close(done)
 			time.Sleep(time.Second) // ingestion first reaches its pace
-			deleted, took, perr = bn.siloPurge(ctx, time.Now(), stop)
+			deleted, took, perr = bn.pacedPurge(ctx, time.Now(), stop)
 		}()
 		allWith, err := bn.ingestAtRate(ctx, fmt.Sprintf("w%d-", run), purgeIngestFor)
 		close(stop)
@@ -392,11 +454,19 @@ func purgeWorkload(ctx context.Context, bn *bench, rp *report) error {
 		fmt.Sprintf("%s: purge runs [%s] uow/s; ingestion p99 alone [%s] ms, with the purge [%s] ms; p50 alone %.1f ms, with %.1f ms (medians of %d runs after a warm-up)",
 			name, list(purgeRates, "%.0f"), list(p99Alone, "%.1f"), list(p99With, "%.1f"), median(p50Alone), median(p50With), purgeMixedRuns))
 
-	// 3. TTL mode by partition drop.
-	name = fmt.Sprintf("ODS TTL expiry, %d units of work × %d rows in their own partitions", purgeTTLUnits, purgeObjectsPerUW+2)
+	return bn.odsEmpty(ctx)
+}
+
+// purgeTTLWorkload is figure 3: TTL mode by partition drop.
+func purgeTTLWorkload(ctx context.Context, bn *bench, rp *report) error {
+	backend, err := bn.odsBackend(ctx)
+	if err != nil {
+		return err
+	}
+	name := fmt.Sprintf("ODS TTL expiry, %d units of work × %d rows in their own partitions", purgeTTLUnits, purgeObjectsPerUW+2)
 	log.Printf("%s ...", name)
 	var dropped []float64
-	res, err = takeTurns(runs, 1, nil,
+	res, err := takeTurns(runs, 1, nil,
 		func() (float64, error) {
 			if err := bn.seedODS(ctx, "t", purgeTTLUnits, 400, 5); err != nil {
 				return 0, err
@@ -441,7 +511,12 @@ func purgeWorkload(ctx context.Context, bn *bench, rp *report) error {
 	rp.throughput(name, "rows/s", "rows/s (DELETE)", res[0], res[1], purgeTTLTarget, 0)
 	rp.notes = append(rp.notes, fmt.Sprintf("%s: partitions or chunks dropped per run [%s] (%s); the units of work and summaries are deleted by rows in the same transaction",
 		name, list(slices.Clone(dropped), "%.0f"), backend))
-	_, err = bn.raw.Exec(ctx, `TRUNCATE ods.unit_of_works, ods.summaries, ods.objects, purge.reports;
+	return bn.odsEmpty(ctx)
+}
+
+// odsEmpty leaves the ODS empty and the purge in its default mode.
+func (bn *bench) odsEmpty(ctx context.Context) error {
+	_, err := bn.raw.Exec(ctx, `TRUNCATE ods.unit_of_works, ods.summaries, ods.objects, purge.reports;
 		UPDATE purge.config SET mode = 'STANDARD', enabled = false`)
 	return err
 }

@@ -94,29 +94,33 @@ BEGIN
     FROM partition_private.chunks('ods.objects'::regclass) c
     WHERE NOT c.is_default AND c.range_end <= coalesce(v_keep, p_now) AND c.range_end <= p_now;
     IF v_cut IS NOT NULL THEN
-        v_ids := ARRAY(SELECT e.id FROM purge_private.ttl_expired(p_now, v_cfg) e
-                       JOIN ods.unit_of_works u ON u.id = e.id
-                       WHERE NOT e.postponed AND e.first_seen < v_cut
-                       FOR UPDATE OF u SKIP LOCKED);
-        -- A unit of work locked by an ingest may be modified and stay: its objects stay too.
-        IF EXISTS (SELECT FROM ods.unit_of_works u WHERE u.first_seen < v_cut AND NOT u.id = ANY (v_ids)) THEN
-            v_cut := NULL;
-        END IF;
-    END IF;
-    IF v_cut IS NOT NULL THEN
-        FOR v_part IN SELECT c.part FROM partition_private.chunks('ods.objects'::regclass) c
-                      WHERE c.range_end <= v_cut OR (c.is_default AND c.range_start IS NULL) LOOP
-            EXECUTE format('SELECT count(*) FROM %s WHERE created_at < %L', v_part.part, v_cut) INTO v_n;
-            v_objects := v_objects + v_n;
-        END LOOP;
+        -- The units of work go first: a DELETE re-checks each row's expiry on its latest version,
+        -- so one an ingest modified meanwhile stays. If any unit of work that old stays, its
+        -- objects must too: then the objects of those deleted go by rows, and nothing is dropped.
+        WITH d AS (
+            DELETE FROM ods.unit_of_works u
+            WHERE u.first_seen < v_cut
+              AND purge_private.ttl_expiry(u.last_updated, u.ttl, v_cfg.ttl_expire_after_seconds) <= p_now
+              AND NOT purge_private.ttl_postponed(u.finished_at, u.archived_at, u.journey_type, v_cfg)
+            RETURNING u.id)
+        SELECT coalesce(array_agg(d.id), '{}') INTO v_ids FROM d;
+        v_units := cardinality(v_ids);
         DELETE FROM ods.summaries s WHERE s.unit_of_work_id = ANY (v_ids);
         GET DIAGNOSTICS v_sums = ROW_COUNT;
-        DELETE FROM ods.objects o WHERE o.unit_of_work_id = ANY (v_ids) AND o.created_at >= v_cut;
-        GET DIAGNOSTICS v_n = ROW_COUNT;
-        v_objects := v_objects + v_n;
-        SELECT count(*)::integer INTO dropped_partitions FROM partition_private.drop_older('ods.objects'::regclass, v_cut);
-        DELETE FROM ods.unit_of_works u WHERE u.id = ANY (v_ids);
-        GET DIAGNOSTICS v_units = ROW_COUNT;
+        IF EXISTS (SELECT FROM ods.unit_of_works u WHERE u.first_seen < v_cut) THEN
+            DELETE FROM ods.objects o WHERE o.unit_of_work_id = ANY (v_ids);
+            GET DIAGNOSTICS v_objects = ROW_COUNT;
+        ELSE
+            FOR v_part IN SELECT c.part FROM partition_private.chunks('ods.objects'::regclass) c
+                          WHERE c.range_end <= v_cut OR (c.is_default AND c.range_start IS NULL) LOOP
+                EXECUTE format('SELECT count(*) FROM %s WHERE created_at < %L', v_part.part, v_cut) INTO v_n;
+                v_objects := v_objects + v_n;
+            END LOOP;
+            DELETE FROM ods.objects o WHERE o.unit_of_work_id = ANY (v_ids) AND o.created_at >= v_cut;
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            v_objects := v_objects + v_n;
+            SELECT count(*)::integer INTO dropped_partitions FROM partition_private.drop_older('ods.objects'::regclass, v_cut);
+        END IF;
     END IF;
 
     -- 2. Batched deletes of the other expired units of work.
@@ -159,4 +163,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.purge_ttl_run(timestamptz, integer) IS
-    'One TTL-mode run as of p_now (default now()), in the caller''s transaction: opens the day''s report if needed; drops whole the partitions or chunks of ods.objects that hold only objects of expired units of work (ending at or before the first_seen of the oldest unit of work that stays), deleting in the same transaction those units of work, their summaries and their objects in later partitions; then deletes at most p_limit (default NULL: fetch-size times parallelism; 1 to 1000000) more expired units of work whole, by batch. A unit of work expires when not modified for its ttl or ttl-expire-after-seconds; expiry is postponed for unfinished ones while terminal-unit-of-works-only and for those of an archived-dependent journey type not archived. Units of work locked by a concurrent writer are left to the next run. Updates the report: counts, postponed, expiringNextDay (expiring in the 24 hours after p_now); closes it the first time nothing expired is left. Returns execution_date, dropped_partitions, unit_of_works_deleted, objects_deleted, postponed, expiring_next_day. Publishes ttl (and started, progress, finished) on channel purge. Takes a brief ACCESS EXCLUSIVE lock on ods.objects per native partition dropped. Raises SLINV (p_now NULL, p_limit out of range), SPMOD (the day''s report runs in STANDARD mode), STBKD (the partitioning backend is not usable).';
+    'One TTL-mode run as of p_now (default now()), in the caller''s transaction: opens the day''s report if needed; drops whole the partitions or chunks of ods.objects that hold only objects of expired units of work (ending at or before the first_seen of the oldest unit of work that stays), deleting in the same transaction those units of work, their summaries and their objects in later partitions (when a unit of work that old was modified meanwhile and stays, their objects are deleted by rows instead and nothing is dropped); then deletes at most p_limit (default NULL: fetch-size times parallelism; 1 to 1000000) more expired units of work whole, by batch. A unit of work expires when not modified for its ttl or ttl-expire-after-seconds; expiry is postponed for unfinished ones while terminal-unit-of-works-only and for those of an archived-dependent journey type not archived. Units of work locked by a concurrent writer are left to the next run. Updates the report: counts, postponed, expiringNextDay (expiring in the 24 hours after p_now); closes it the first time nothing expired is left. Returns execution_date, dropped_partitions, unit_of_works_deleted, objects_deleted, postponed, expiring_next_day. Publishes ttl (and started, progress, finished) on channel purge. Takes a brief ACCESS EXCLUSIVE lock on ods.objects per native partition dropped. Raises SLINV (p_now NULL, p_limit out of range), SPMOD (the day''s report runs in STANDARD mode), STBKD (the partitioning backend is not usable).';
