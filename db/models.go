@@ -821,9 +821,9 @@ type PurgeReport struct {
 	FinishedAt *time.Time `json:"finishedAt"`
 	// duration: finishedAt - startedAt (NULL while not finished); answered in ISO-8601 (PT32M1.01S).
 	Duration pgtype.Interval `json:"duration"`
-	// Batches that ran for this date.
+	// Batches (or TTL runs) for this date that deleted or dropped something.
 	Runs int64 `json:"runs"`
-	// When the last batch ran.
+	// When the last batch that deleted something, the last TTL run, or the run that closed the report ran: silo work starts the next run a frequency later.
 	LastRunAt *time.Time `json:"lastRunAt"`
 	// When progress was last published on the purge channel (at most once a second while batches run).
 	ProgressPublishedAt *time.Time `json:"progressPublishedAt"`
