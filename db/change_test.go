@@ -595,7 +595,7 @@ func TestChangeChannelRuleIsOne(t *testing.T) {
 	require.Equal(t, []string{"bogus", "dead-letters", "a*b"}, []string{got[0].Channel, got[1].Channel, got[2].Channel})
 	require.Equal(t, []string{"SLINV", "SLFRB", "SLINV"}, []string{got[0].SQLState, got[1].SQLState, got[2].SQLState})
 	require.Contains(t, got[0].Message, "bogus")
-	require.Contains(t, got[0].Hint, "dead-letters, reaper or {namespace}:{name}")
+	require.Contains(t, got[0].Hint, "dead-letters, purge, reaper or {namespace}:{name}")
 	require.Contains(t, got[1].Message, "dead-letters is for admins only")
 	require.Empty(t, got[1].Hint)
 	require.Empty(t, check(tx, []string{"dead-letters"}, true), "an admin may read dead-letters")
