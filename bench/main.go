@@ -24,6 +24,9 @@
 //	                    websocket clients
 //	event_ingest.go     7. POST /events, NDJSON, 1,000 events per request, without and with a
 //	                    consumer, next to COPY of the same rows (SILO_BENCH_ONLY=events)
+//	purge_ods.go        8. the ODS purge: STANDARD batches alone and while ingestion runs at 1,000
+//	                    units of work/s, and TTL expiry by partition drop, next to plain DELETEs
+//	                    (SILO_BENCH_ONLY=purge; purge-alone, purge-ingest, purge-ttl one figure each)
 //
 // A workload file registers its workload in an init function with register: its position in the
 // run and the SILO_BENCH_ONLY values that select it. SILO_BENCH_ONLY=apply runs workload 1 alone;

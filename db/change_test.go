@@ -595,7 +595,7 @@ func TestChangeChannelRuleIsOne(t *testing.T) {
 	require.Equal(t, []string{"bogus", "dead-letters", "a*b"}, []string{got[0].Channel, got[1].Channel, got[2].Channel})
 	require.Equal(t, []string{"SLINV", "SLFRB", "SLINV"}, []string{got[0].SQLState, got[1].SQLState, got[2].SQLState})
 	require.Contains(t, got[0].Message, "bogus")
-	require.Contains(t, got[0].Hint, "dead-letters, reaper or {namespace}:{name}")
+	require.Contains(t, got[0].Hint, "dead-letters, purge, reaper or {namespace}:{name}")
 	require.Contains(t, got[1].Message, "dead-letters is for admins only")
 	require.Empty(t, got[1].Hint)
 	require.Empty(t, check(tx, []string{"dead-letters"}, true), "an admin may read dead-letters")
@@ -612,7 +612,7 @@ func TestChangeAdminOnlyChannels(t *testing.T) {
 	require.NoError(t, err)
 	adminOnly, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, []string{"belts", "dead-letters"}, adminOnly)
+	require.Equal(t, []string{"belts", "dead-letters", "purge"}, adminOnly)
 
 	_, err = tx.Exec(ctx, `DELETE FROM silo.change_pending`)
 	require.NoError(t, err)

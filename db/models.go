@@ -76,6 +76,18 @@ type APIEventRow struct {
 	TotalCount    *int64          `json:"totalCount"`
 }
 
+// Always empty: the row type of api.ods_ingest, api.ods_append and their *_requests forms. request: the request's position in the call (1 for a psql call); ord: the item's position in its request, from 1 (NULL for a request refused whole); status: stored, duplicate (an object with the same unit of work, createdAt and id is stored already) or refused; unit_of_work_id and object_id of the item; sqlstate and reason: why it was refused; replayed: the request repeated an idempotency key and this row is the first answer.
+type APIOdsIngestResult struct {
+	Request      *int32  `json:"request"`
+	Ord          *int32  `json:"ord"`
+	Status       *string `json:"status"`
+	UnitOfWorkID *string `json:"unitOfWorkId"`
+	ObjectID     *string `json:"objectId"`
+	SQLState     *string `json:"sqlstate"`
+	Reason       *string `json:"reason"`
+	Replayed     *bool   `json:"replayed"`
+}
+
 // Always empty: the row type of api.profile_apply_batch. ord: position of the message in the batch, from 1; status: ok (written), noop (nothing to change) or dead_letter (rejected); operation: the _operation (default _set; NULL when not a string); correlation_id: the profile the update addresses, after profile links (for a message rejected by validation or by an unexpected error its _id as sent, NULL when not a string); sqlstate and reason: why a message was rejected; dead_letter_id: its row in profile.dead_letters.
 type APIProfileApplyResult struct {
 	Ord           *int32  `json:"ord"`
@@ -191,6 +203,17 @@ type APIProfilestoreLatest struct {
 	ExpiresAt      *time.Time      `json:"expiresAt"`
 	NotifyAt       *time.Time      `json:"notifyAt"`
 	Value          json.RawMessage `json:"value"`
+}
+
+// Always empty: the row type of api.retention_run. target: the row of purge.retention_targets; setting: its silo.settings key; retention: the value applied; cutoff: the run's time minus the retention; result: what its trim function returned, as JSON (NULL when it failed); sqlstate and message: why it failed.
+type APIRetentionResult struct {
+	Target    *string         `json:"target"`
+	Setting   *string         `json:"setting"`
+	Retention pgtype.Interval `json:"retention"`
+	Cutoff    *time.Time      `json:"cutoff"`
+	Result    json.RawMessage `json:"result"`
+	SQLState  *string         `json:"sqlstate"`
+	Message   *string         `json:"message"`
 }
 
 // Every access token, active and revoked, without its hash: id, name, roles (reader roles), can_write, is_admin, created, revoked (NULL: active).
@@ -552,6 +575,70 @@ type EventEventID struct {
 	Received time.Time `json:"received"`
 }
 
+// The global statuses a process-flow event may carry, and which are terminal: the first event with a terminal status sets its unit of work's finishedAt. A DBA may add statuses; an event with a status not listed here is refused (SOSTA).
+type OdsGlobalStatus struct {
+	// The status, upper case (PENDING, COMPLETED, ...).
+	Status string `json:"status"`
+	// Whether a unit of work that reaches it has finished.
+	Terminal bool `json:"terminal"`
+}
+
+// The MDS, PDS, Process and Custom objects of units of work (kind says which), time-partitioned on created_at (a TimescaleDB hypertable, or native partitions made by pg_partman: partition.tables says which). Process objects are the process-flow events ingested; the others are appended by api.ods_append. Deleted with their unit of work by the purge.
+type OdsObject struct {
+	// The unit of work the object belongs to.
+	UnitOfWorkID string `json:"unitOfWorkId"`
+	// The object's time (createdAt as sent, else the time of ingest): the partitioning column.
+	CreatedAt time.Time `json:"createdAt"`
+	// The object's id as sent (id), or one made at ingest; unique within its unit of work and time.
+	ObjectID string `json:"objectId"`
+	// MDS, PDS, PROCESS or CUSTOM.
+	Kind string `json:"kind"`
+	// The object's type as sent (an MDS message type, a PDS name, the process-flow event's name, a custom type).
+	Type string `json:"type"`
+	// The object as sent (any JSON value).
+	Payload json.RawMessage `json:"payload"`
+	// When Silo stored it.
+	Stored time.Time `json:"stored"`
+}
+
+// One Summary per unit of work: what its process-flow events add up to. Written with the unit of work by api.ods_ingest, deleted before it by the purge.
+type OdsSummary struct {
+	// The unit of work (ods.unit_of_works.id).
+	UnitOfWorkID string `json:"unitOfWorkId"`
+	// Its journey type, as in ods.unit_of_works.
+	JourneyType *string `json:"journeyType"`
+	// Its global status, as in ods.unit_of_works.
+	GlobalStatus *string `json:"globalStatus"`
+	// How many process-flow events were ingested for it.
+	Events int32 `json:"events"`
+	// The name of the last process-flow event ingested.
+	LastEvent *string `json:"lastEvent"`
+	// lastUpdated: when the summary was last written.
+	LastUpdated time.Time `json:"lastUpdated"`
+}
+
+// One row per unit-of-work id: the UnitOfWork of the ODS. Written by api.ods_ingest (process-flow events), api.ods_append (objects of a unit of work not seen yet) and api.ods_unit_of_work_archive; deleted, after its summary and objects, by the purge (api.purge_batch, api.purge_ttl_run).
+type OdsUnitOfWork struct {
+	// The unit-of-work id that links the unit of work, its summary and its objects (1 to 256 characters).
+	ID string `json:"id"`
+	// PAYMENT, RECALL, BULK or BATCH, from its process-flow events (NULL until one says). The purge's archived-dependent-journey-types name these.
+	JourneyType *string `json:"journeyType"`
+	// The global status of the last process-flow event ingested (a terminal status, once reached, stays).
+	GlobalStatus *string `json:"globalStatus"`
+	// startedAt: the time of the first process-flow event ingested for the unit of work (NULL while none was).
+	StartedAt *time.Time `json:"startedAt"`
+	// finishedAt: the time of the first ingested process-flow event whose global status is terminal (ods.global_statuses); NULL while the unit of work has not finished.
+	FinishedAt *time.Time `json:"finishedAt"`
+	// archivedAt: when the unit of work and all its objects were archived (api.ods_unit_of_work_archive, the archiver's call); NULL while not archived.
+	ArchivedAt *time.Time `json:"archivedAt"`
+	// The earliest time among its events and objects: no object of the unit of work is older, so TTL mode knows which object partitions hold only expired units of work.
+	FirstSeen time.Time `json:"firstSeen"`
+	// When the unit of work, its summary or one of its objects was last written (the ingesting transaction's time): TTL mode expires a unit of work that has not been modified for expire-after-seconds.
+	LastUpdated time.Time `json:"lastUpdated"`
+	// Per-unit-of-work time to live in seconds (TTL mode): overrides the configured ttl-expire-after for it and its objects; NULL: the configured value.
+	TTL *int32 `json:"ttl"`
+}
+
 // The time-partitioned tables of Silo, one row per table, written by partition.create_time_partitioned and deleted by partition.drop_time_partitioned. Their partitions or chunks, ranges and sizes: SELECT * FROM api.partition_chunks().
 type PartitionTable struct {
 	// The table (the hypertable, or the parent of the native partitions).
@@ -685,6 +772,96 @@ type ProfileReaperEvent struct {
 	Due time.Time `json:"due"`
 	// When the reaper recorded the event (its transaction's start); the retention counts from here.
 	Created time.Time `json:"created"`
+}
+
+// The purge configuration: one row (the seed's ods.purging keys, with - written _). Read at every run, so an UPDATE takes effect at the next one; periods are checked by a trigger (sql/purge/). Read and changed over HTTP with GET/PUT /purge/config (admins) or api.purge_config and api.purge_config_set.
+type PurgeConfig struct {
+	// Always true: the table has one row.
+	Singleton bool `json:"singleton"`
+	// enabled: whether silo work runs the purge (default false). api.purge_run from psql runs whatever this says.
+	Enabled bool `json:"enabled"`
+	// mode: STANDARD (batched deletes of the units of work outside the retention period) or TTL (units of work expire when not modified for ttl_expire_after_seconds or their own ttl).
+	Mode string `json:"mode"`
+	// retention-period: a date-based period as written: nY, nM, nW, nD (also the seed's Spanish letters A = year, S = week) or ISO-8601 (P2Y, P1M, P1W, P1Y6M); default 2Y.
+	RetentionPeriod string `json:"retentionPeriod"`
+	// terminal-unit-of-works-only: when true only finished units of work are purged; when false an unfinished one is purged when it started before the lower bound (default false).
+	TerminalUnitOfWorksOnly bool `json:"terminalUnitOfWorksOnly"`
+	// archived-dependent-journey-types: journey types (PAYMENT, RECALL, BULK, BATCH) whose units of work must be archived before they are purged (default none).
+	ArchivedDependentJourneyTypes []string `json:"archivedDependentJourneyTypes"`
+	// frequency: how often a recurring run starts, a time-based amount as written: ns, nm, nh, nms (the seed also writes 2S, 1M) or ISO-8601 (PT1S, PT0.5S); default 1s.
+	Frequency string `json:"frequency"`
+	// fetch-size: units of work deleted per run at most (default 16).
+	FetchSize int32 `json:"fetchSize"`
+	// parallelism: how many batches a run splits its units of work into, deleted concurrently (default 8).
+	Parallelism int32 `json:"parallelism"`
+	// TTL mode's table-wide expiry (the seed's expireAfterSeconds): a unit of work not modified for this many seconds expires with its summary and objects, unless its own ttl says otherwise (default 63072000, two years of 365 days).
+	TTLExpireAfterSeconds int64 `json:"ttlExpireAfterSeconds"`
+	// When the configuration was last changed.
+	Updated time.Time `json:"updated"`
+}
+
+// The PurgeReport: one per execution date (a UTC day), created by the day's first run with what is to be deleted and the configuration it runs with, updated in the transaction of every batch, closed with finishedAt when nothing is left. Read with api.purge_reports and api.purge_report, or GET /purge/reports.
+type PurgeReport struct {
+	// executionDate: the UTC date of the purge; unique.
+	ExecutionDate pgtype.Date `json:"executionDate"`
+	// The purge mode of this execution: STANDARD or TTL.
+	Mode string `json:"mode"`
+	// retentionPeriod: the configured retention period, in ISO-8601 (P2Y).
+	RetentionPeriod string `json:"retentionPeriod"`
+	// retentionPeriodLowerBound: the execution date minus the retention period, at the start of that day in UTC (STANDARD). In TTL mode, the expiry cutoff of the table-wide ttl at the report's creation.
+	RetentionPeriodLowerBound time.Time `json:"retentionPeriodLowerBound"`
+	// terminalUnitOfWorksOnly: the configured flag for this execution.
+	TerminalUnitOfWorksOnly bool `json:"terminalUnitOfWorksOnly"`
+	// archivedDependentJourneyTypes: the configured journey types for this execution.
+	ArchivedDependentJourneyTypes []string `json:"archivedDependentJourneyTypes"`
+	// unitOfWorksToDelete: units of work identified for deletion when the report was created (raised when more are deleted, so it never reads less than unitOfWorksDeleted).
+	UnitOfWorksToDelete int64 `json:"unitOfWorksToDelete"`
+	// unitOfWorksDeleted: units of work deleted so far, counted in the transaction that deleted them (never twice, never for a rolled-back batch).
+	UnitOfWorksDeleted int64 `json:"unitOfWorksDeleted"`
+	// summariesDeleted: Summary rows deleted with them (the seed's class counts summaries; one per unit of work).
+	SummariesDeleted int64 `json:"summariesDeleted"`
+	// MDS, PDS, Process and Custom objects deleted with them (rows deleted or dropped with their partitions).
+	ObjectsDeleted int64 `json:"objectsDeleted"`
+	// Partitions or chunks of ods.objects dropped whole (TTL mode).
+	DroppedPartitions int32 `json:"droppedPartitions"`
+	// TTL mode: units of work past their expiry whose expiry is postponed (unfinished while terminal-unit-of-works-only, or of an archived-dependent journey type and not archived), at the last run; NULL in STANDARD mode.
+	Postponed *int64 `json:"postponed"`
+	// TTL mode: units of work that will expire in the 24 hours after the last run (the next day's expiry); NULL in STANDARD mode.
+	ExpiringNextDay *int64 `json:"expiringNextDay"`
+	// startedAt: when purging began for this date (the first run's time).
+	StartedAt time.Time `json:"startedAt"`
+	// finishedAt: when everything to delete for this date was deleted (the first run that found nothing left); NULL while it goes on.
+	FinishedAt *time.Time `json:"finishedAt"`
+	// duration: finishedAt - startedAt (NULL while not finished); answered in ISO-8601 (PT32M1.01S).
+	Duration pgtype.Interval `json:"duration"`
+	// Batches (or TTL runs) for this date that deleted or dropped something.
+	Runs int64 `json:"runs"`
+	// When the last batch that deleted something, the last TTL run, or the run that closed the report ran: silo work starts the next run a frequency later.
+	LastRunAt *time.Time `json:"lastRunAt"`
+	// When progress was last published on the purge channel (at most once a second while batches run).
+	ProgressPublishedAt *time.Time `json:"progressPublishedAt"`
+}
+
+// What silo work's retention job keeps bounded, one row per kind of time-ordered data: the silo.settings key of its retention, the function that trims it, and the last run's outcome. Read by api.retention_run; a DBA may disable a target.
+type PurgeRetentionTarget struct {
+	// The target's name (event, change, idempotency, ...).
+	Name string `json:"name"`
+	// The silo.settings key that holds its retention (a PostgreSQL interval).
+	Setting string `json:"setting"`
+	// The retention used when silo.settings has no such key.
+	DefaultValue string `json:"defaultValue"`
+	// The function that applies the retention: api.<name>(p_retention interval, p_now timestamptz), called with the setting's value and the run's time; its result (any type) is recorded as JSON.
+	TrimFunction string `json:"trimFunction"`
+	// What is trimmed and how.
+	Description string `json:"description"`
+	// Whether the retention job applies it (default true).
+	Enabled bool `json:"enabled"`
+	// When it was last applied.
+	LastRunAt *time.Time `json:"lastRunAt"`
+	// The trim function's result at the last run, as JSON (NULL when it failed).
+	LastResult json.RawMessage `json:"lastResult"`
+	// Why the last run failed (SQLSTATE and message), NULL when it did not.
+	LastError *string `json:"lastError"`
 }
 
 // One row: the SHA-256 of the sql/ files that schema api was last built from, so `silo migrate` rebuilds api only when that code changed.

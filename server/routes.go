@@ -56,6 +56,8 @@ func New(cfg Config) http.Handler {
 	route("GET /belts/{id}/dead-letters", s.beltDeadLetterList)
 	route("POST /belts/{id}/dead-letters/replay", s.beltDeadLetterReplay)
 	s.eventRoutes(route)
+	s.odsRoutes(route)
+	s.purgeRoutes(route)
 
 	// Accounts in Pryv's model, under /{username}/: a mux of their own (router.go says why).
 	account := func(pattern string, h http.HandlerFunc) {

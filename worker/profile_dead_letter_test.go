@@ -58,7 +58,7 @@ func TestDeadLetterTrimRunsOnStart(t *testing.T) {
 	_, err := pool.Exec(context.Background(), seedDeadLetters)
 	require.NoError(t, err)
 
-	runOnStart(t, pool, Config{DeadLetterRetention: 30 * 24 * time.Hour, ReaperInterval: -1, ChangeTrimInterval: -1},
+	runOnStart(t, pool, Config{DeadLetterRetention: 30 * 24 * time.Hour, ReaperInterval: -1},
 		DeadLetterTrimArgs{}.Kind())
 	require.Equal(t, []string{"old, unresolved", "recently resolved"}, deadLetterReasons(t, pool))
 }

@@ -106,7 +106,7 @@ func TestReaperRunsOnStart(t *testing.T) {
 	pool := dbtest.Pool(t)
 	seedReaper(t, pool, "r")
 
-	runOnStart(t, pool, Config{ReaperInterval: time.Hour, ChangeTrimInterval: -1}, ReaperArgs{}.Kind())
+	runOnStart(t, pool, Config{ReaperInterval: time.Hour}, ReaperArgs{}.Kind())
 	left, events := reaped(t, pool, "r")
 	require.Equal(t, []string{"/keep -", "/n -"}, left)
 	require.Len(t, events, 6)

@@ -39,19 +39,22 @@ type Config struct {
 	// DeadLetterRetention: dead letters resolved longer ago than this are trimmed (0: never, the
 	// trim job is not scheduled).
 	DeadLetterRetention time.Duration
-	// MaintenanceInterval is how often the dead-letter, idempotency-key and event-store trims run
-	// (default an hour).
+	// MaintenanceInterval is how often the dead-letter trim runs (default an hour).
 	MaintenanceInterval time.Duration
 	// ReaperInterval is how often the reaper runs (0: DefaultReaperInterval; negative: never).
 	ReaperInterval time.Duration
 	// ReaperBudget is how long one reaper run goes on while grains are due (0: DefaultReaperBudget).
 	ReaperBudget time.Duration
-	// ChangeTrimInterval is how often the change log is trimmed (0: DefaultChangeTrimInterval;
-	// negative: never). The retention is the silo.settings row change_retention.
-	ChangeTrimInterval time.Duration
+	// RetentionInterval is how often the retention job applies the retention of the event store,
+	// the change log, idempotency keys and every other target of purge.retention_targets (0:
+	// DefaultRetentionInterval; negative: never). Each retention is a silo.settings row.
+	RetentionInterval time.Duration
 	// PartitionMaintenanceInterval is how often the time-partitioned tables are maintained (0:
 	// DefaultPartitionMaintenanceInterval; negative: never).
 	PartitionMaintenanceInterval time.Duration
+	// PurgeTick is how often the ODS purge job is scheduled (0: DefaultPurgeTick; negative: never).
+	// Whether it purges, how and how often is purge.config's (enabled, mode, frequency).
+	PurgeTick time.Duration
 }
 
 func (c *Config) defaults() {
@@ -67,12 +70,23 @@ func (c *Config) defaults() {
 	if c.ReaperBudget <= 0 {
 		c.ReaperBudget = DefaultReaperBudget
 	}
-	if c.ChangeTrimInterval == 0 {
-		c.ChangeTrimInterval = DefaultChangeTrimInterval
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = DefaultRetentionInterval
 	}
 	if c.PartitionMaintenanceInterval == 0 {
 		c.PartitionMaintenanceInterval = DefaultPartitionMaintenanceInterval
 	}
+	if c.PurgeTick == 0 {
+		c.PurgeTick = DefaultPurgeTick
+	}
+}
+
+// purgeTick is how long one purge job goes on: the tick it is scheduled at.
+func purgeTick(tick time.Duration) time.Duration {
+	if tick <= 0 {
+		return DefaultPurgeTick
+	}
+	return tick
 }
 
 // NewClient returns a River client that works Silo's queues and schedules its periodic jobs. The
@@ -92,25 +106,14 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &DeadLetterTrimWorker{queries: db.New(pool), retention: cfg.DeadLetterRetention})
 	river.AddWorker(workers, &ReaperWorker{queries: db.New(pool), budget: cfg.ReaperBudget, logger: cfg.Logger})
-	river.AddWorker(workers, &ChangeTrimWorker{queries: db.New(pool), logger: cfg.Logger})
-	river.AddWorker(workers, &IdempotencyTrimWorker{queries: db.New(pool), logger: cfg.Logger})
+	river.AddWorker(workers, &RetentionWorker{queries: db.New(pool), logger: cfg.Logger})
+	river.AddWorker(workers, &legacyTrimWorker[EventTrimArgs]{queries: db.New(pool), target: "event"})
+	river.AddWorker(workers, &legacyTrimWorker[ChangeTrimArgs]{queries: db.New(pool), target: "change"})
+	river.AddWorker(workers, &legacyTrimWorker[IdempotencyTrimArgs]{queries: db.New(pool), target: "idempotency"})
 	river.AddWorker(workers, &PartitionMaintenanceWorker{queries: db.New(pool), logger: cfg.Logger})
-	river.AddWorker(workers, &EventTrimWorker{queries: db.New(pool), logger: cfg.Logger})
-	river.AddWorker(workers, &BeltDeadLetterTrimWorker{queries: db.New(pool), logger: cfg.Logger})
+	river.AddWorker(workers, &PurgeWorker{queries: db.New(pool), logger: cfg.Logger, tick: purgeTick(cfg.PurgeTick)})
 
-	periodic := []*river.PeriodicJob{river.NewPeriodicJob(
-		river.PeriodicInterval(cfg.MaintenanceInterval),
-		func() (river.JobArgs, *river.InsertOpts) { return IdempotencyTrimArgs{}, nil },
-		&river.PeriodicJobOpts{RunOnStart: true, ID: "idempotency_trim"},
-	), river.NewPeriodicJob(
-		river.PeriodicInterval(cfg.MaintenanceInterval),
-		func() (river.JobArgs, *river.InsertOpts) { return EventTrimArgs{}, nil },
-		&river.PeriodicJobOpts{RunOnStart: true, ID: "event_trim"},
-	), river.NewPeriodicJob(
-		river.PeriodicInterval(cfg.MaintenanceInterval),
-		func() (river.JobArgs, *river.InsertOpts) { return BeltDeadLetterTrimArgs{}, nil },
-		&river.PeriodicJobOpts{RunOnStart: true, ID: "belt_dead_letter_trim"},
-	)}
+	var periodic []*river.PeriodicJob
 	if cfg.DeadLetterRetention > 0 {
 		periodic = append(periodic, river.NewPeriodicJob(
 			river.PeriodicInterval(cfg.MaintenanceInterval),
@@ -125,11 +128,11 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "profile_reap"},
 		))
 	}
-	if cfg.ChangeTrimInterval > 0 {
+	if cfg.RetentionInterval > 0 {
 		periodic = append(periodic, river.NewPeriodicJob(
-			river.PeriodicInterval(cfg.ChangeTrimInterval),
-			func() (river.JobArgs, *river.InsertOpts) { return ChangeTrimArgs{}, nil },
-			&river.PeriodicJobOpts{RunOnStart: true, ID: "change_trim"},
+			river.PeriodicInterval(cfg.RetentionInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return RetentionArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true, ID: "retention"},
 		))
 	}
 	if cfg.PartitionMaintenanceInterval > 0 {
@@ -139,9 +142,16 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "partition_maintenance"},
 		))
 	}
+	if cfg.PurgeTick > 0 {
+		periodic = append(periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(cfg.PurgeTick),
+			func() (river.JobArgs, *river.InsertOpts) { return PurgeArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true, ID: "purge"},
+		))
+	}
 	return &river.Config{
 		Logger:       cfg.Logger,
-		Queues:       map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 2}},
+		Queues:       map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 2}, QueuePurge: {MaxWorkers: 1}},
 		Workers:      workers,
 		PeriodicJobs: periodic,
 	}

@@ -113,4 +113,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.belt_dead_letter_trim(interval, timestamptz) IS
-    'Deletes the belt dead letters written more than p_retention (default NULL: the setting belt.dead_letter_retention, 30 days) before p_now (default now()) and returns how many; silo work runs it every maintenance interval. A pending replay of a deleted dead letter still runs when its event is in the store. Raises SLINV for a negative retention or a NULL p_now.';
+    'Deletes the belt dead letters written more than p_retention (default NULL: the setting belt.dead_letter_retention, 30 days) before p_now (default now()) and returns how many; silo work''s retention job runs it (purge.retention_targets). A pending replay of a deleted dead letter still runs when its event is in the store. Raises SLINV for a negative retention or a NULL p_now.';

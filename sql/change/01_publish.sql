@@ -52,6 +52,11 @@
 --   {"belt_id", "status"}: RUNNING, STOPPED, FAILED, or DELETED), published by the belt registry
 --   (sql/belt/02_registry.sql); kind dead_letter, an event a belt dead-lettered (payload its ids);
 --   readers {} (admins only).
+-- * purge: the purge of the operational data store (sql/purge/): kind config (the configuration
+--   changed; payload {"updated"}), started (a day's report created), progress (batches deleted units
+--   of work; at most once a second per report), finished (the day's report closed), ttl (a TTL run
+--   dropped or deleted something); payload {"executionDate", "unitOfWorksToDelete",
+--   "unitOfWorksDeleted"} (counts, never unit-of-work data); readers {} (admins only).
 -- * account:{username}:events: kinds created, updated, trashed (a first DELETE) and deleted (the
 --   second); payload {"id"}, the event id; readers {account:{username}}, the reader role of that
 --   user's accesses (sql/account/08_change.sql). account:{username}:streams: kind created, payload
@@ -140,7 +145,8 @@ LANGUAGE sql IMMUTABLE
 AS $$
     VALUES ('dead-letters', true, 'Dead letters of profile updates (sql/profile/13_change.sql): kind dead_letter, readers {}.'),
            ('reaper', false, 'Reaper events (sql/profile/10_reaper.sql): kinds ttl and ttn, readers {the grain''s reader}.'),
-           ('belts', true, 'Belts (sql/belt/): kind state (a belt created, updated, started, stopped, failed or deleted; payload {"belt_id", "status"}: RUNNING, STOPPED, FAILED or DELETED) and kind dead_letter (an event a belt dead-lettered; payload its ids), readers {}.');
+           ('belts', true, 'Belts (sql/belt/): kind state (a belt created, updated, started, stopped, failed or deleted; payload {"belt_id", "status"}: RUNNING, STOPPED, FAILED or DELETED) and kind dead_letter (an event a belt dead-lettered; payload its ids), readers {}.'),
+           ('purge', true, 'Purge of the operational data store (sql/purge/): kinds config, started, progress, finished and ttl; payload {"executionDate", "unitOfWorksToDelete", "unitOfWorksDeleted"} (config: {"updated"}), readers {}.');
 $$;
 COMMENT ON FUNCTION change_private.named_channels() IS
     'The channels that are a name of their own rather than {namespace}:{name}, one row each: channel (the name, also reserved as a namespace), admin_only (true: its changes have no readers, so only admins can receive them; api.change_publish refuses readers for it and api.change_channels_check refuses a subscription from anyone else), description (who publishes what on it). Raises nothing.';
@@ -251,7 +257,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.change_publish(text, text, jsonb, text[]) IS
-    'Publishes one change in the caller''s transaction. p_channel: the channel, a name of its own (change_private.named_channels: dead-letters, reaper, belts) or {namespace}:{name} (e.g. reports:daily), without *, at most 1000 characters (change_private.channel_problem); p_kind: what happened, non-empty; p_payload (default {}; NULL counts as {}): a small JSON object of ids, never the data; p_readers (default {}: admins only; NULL counts as {}): who may see it, e.g. {_all} everyone, {_auth} every token, or reader roles. Returns nothing. After commit the change is numbered in commit order into silo.changes, and websocket subscribers of a matching channel whose readers overlap p_readers (and admins) receive it; notifies silo_change_pending at commit when no websocket hub is awake (the trigger of silo.change_pending), unless silo.change_notify is off. Raises SLINV for a NULL or invalid channel (empty, with *, over 1000 characters, or neither a name of its own nor {namespace}:{name}: bogus), readers for a channel for admins only (dead-letters, belts), a NULL or empty kind, or a payload that is not a JSON object.';
+    'Publishes one change in the caller''s transaction. p_channel: the channel, a name of its own (change_private.named_channels: dead-letters, reaper, belts, purge) or {namespace}:{name} (e.g. reports:daily), without *, at most 1000 characters (change_private.channel_problem); p_kind: what happened, non-empty; p_payload (default {}; NULL counts as {}): a small JSON object of ids, never the data; p_readers (default {}: admins only; NULL counts as {}): who may see it, e.g. {_all} everyone, {_auth} every token, or reader roles. Returns nothing. After commit the change is numbered in commit order into silo.changes, and websocket subscribers of a matching channel whose readers overlap p_readers (and admins) receive it; notifies silo_change_pending at commit when no websocket hub is awake (the trigger of silo.change_pending), unless silo.change_notify is off. Raises SLINV for a NULL or invalid channel (empty, with *, over 1000 characters, or neither a name of its own nor {namespace}:{name}: bogus), readers for a channel for admins only (dead-letters, belts, purge), a NULL or empty kind, or a payload that is not a JSON object.';
 
 -- The compact form costs the writer one array per column instead of a JSON object per profile:
 -- grouping and payloads are built off the write path, by api.change_sequence.

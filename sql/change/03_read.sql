@@ -164,7 +164,7 @@ COMMENT ON FUNCTION api.change_status() IS
 -- while it runs: new ids are all higher than the ones it deletes. Pending changes past the cutoff
 -- were left because no Silo process sequenced them; numbered now, they would be past the retention
 -- already.
-CREATE FUNCTION api.change_trim(p_retention interval DEFAULT NULL)
+CREATE FUNCTION api.change_trim(p_retention interval DEFAULT NULL, p_now timestamptz DEFAULT now())
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -179,9 +179,9 @@ BEGIN
     ELSIF v_retention < interval '0' THEN
         RAISE EXCEPTION 'change retention must not be negative, got %', v_retention USING ERRCODE = 'SLINV';
     END IF;
-    DELETE FROM silo.change_pending p WHERE p.created < now() - v_retention;
+    DELETE FROM silo.change_pending p WHERE p.created < p_now - v_retention;
     GET DIAGNOSTICS v_n = ROW_COUNT;
-    SELECT max(c.id) INTO v_upto FROM silo.changes c WHERE c.sequenced < now() - v_retention;
+    SELECT max(c.id) INTO v_upto FROM silo.changes c WHERE c.sequenced < p_now - v_retention;
     IF v_upto IS NULL THEN
         RETURN v_n;
     END IF;
@@ -191,5 +191,5 @@ BEGIN
     RETURN v_n + v_m;
 END
 $$;
-COMMENT ON FUNCTION api.change_trim(interval) IS
-    'Trims the change log: deletes the changes sequenced more than p_retention ago (default NULL: silo.settings change_retention, default 24 hours) and every change with a lower id, moves the trim horizon (silo.change_horizon) to the highest id deleted, and deletes the pending changes created before the same cutoff. Returns the rows deleted from both tables. Subscribers resuming from below the new horizon get SCEXP from api.changes_since. Raises SLINV when the retention (argument or setting) is negative or the setting is not an interval. Run by the River periodic job change_trim (queue maintenance).';
+COMMENT ON FUNCTION api.change_trim(interval, timestamptz) IS
+    'Trims the change log: deletes the changes sequenced more than p_retention before p_now (default now()) (default NULL: silo.settings change_retention, default 24 hours) and every change with a lower id, moves the trim horizon (silo.change_horizon) to the highest id deleted, and deletes the pending changes created before the same cutoff. Returns the rows deleted from both tables. Subscribers resuming from below the new horizon get SCEXP from api.changes_since. Raises SLINV when the retention (argument or setting) is negative or the setting is not an interval. Run by silo work''s retention job (api.retention_run, target change).';

@@ -4,7 +4,7 @@
 -- then new. A partition straddling the cutoff stays whole, and so do its events' ids, until a later
 -- run drops it. Run by silo work (worker/event_trim.go) and from psql.
 
-CREATE FUNCTION api.event_trim(p_retention interval DEFAULT NULL,
+CREATE FUNCTION api.event_trim(p_retention interval DEFAULT NULL, p_now timestamptz DEFAULT now(),
                                OUT dropped_partitions integer, OUT deleted_ids bigint, OUT deleted_deliveries bigint)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -17,7 +17,7 @@ BEGIN
     ELSIF v_retention < interval '0' THEN
         RAISE EXCEPTION 'event retention must not be negative, got %', v_retention USING ERRCODE = 'SLINV';
     END IF;
-    v_cutoff := now() - v_retention;
+    v_cutoff := p_now - v_retention;
     SELECT count(*)::integer INTO dropped_partitions
     FROM partition_private.drop_older('event.events'::regclass, v_cutoff);
 
@@ -35,5 +35,5 @@ BEGIN
     GET DIAGNOSTICS deleted_ids = ROW_COUNT;
 END
 $$;
-COMMENT ON FUNCTION api.event_trim(interval) IS
-    'Drops the events older than p_retention (default NULL: silo.settings event.retention, 90 days when unset) by whole partitions or chunks (partition_private.drop_older on event.events: a partition straddling the cutoff stays until a later run), with the ids (event.event_ids) and pending deliveries (event.deliveries) of the events that are gone: such an id sent again is a new event. Returns dropped_partitions, deleted_ids, deleted_deliveries. Run periodically by silo work; from psql at will. Takes a brief ACCESS EXCLUSIVE lock on event.events per native partition dropped. Raises SLINV when p_retention is negative or the setting is not a non-negative interval, STBKD when the table''s partitioning backend is not usable.';
+COMMENT ON FUNCTION api.event_trim(interval, timestamptz) IS
+    'Drops the events older than p_retention (default NULL: silo.settings event.retention, 90 days when unset) as of p_now (default now()) by whole partitions or chunks (partition_private.drop_older on event.events: a partition straddling the cutoff stays until a later run), with the ids (event.event_ids) and pending deliveries (event.deliveries) of the events that are gone: such an id sent again is a new event. Returns dropped_partitions, deleted_ids, deleted_deliveries. Run periodically by silo work''s retention job (api.retention_run, target event); from psql at will. Takes a brief ACCESS EXCLUSIVE lock on event.events per native partition dropped. Raises SLINV when p_retention is negative or the setting is not a non-negative interval, STBKD when the table''s partitioning backend is not usable.';

@@ -187,7 +187,7 @@ $$;
 COMMENT ON FUNCTION idempotency_private.record(idempotency_private.claimed[], text) IS
     'Records the answers of the keys claimed by idempotency_private.claim_requests: every element of p_claims with outcome new and an answer, with p_request (what was asked besides the body). Returns nothing; raises nothing (no 23505: the claim''s lock is held).';
 
-CREATE FUNCTION api.idempotency_trim(p_window interval DEFAULT NULL)
+CREATE FUNCTION api.idempotency_trim(p_window interval DEFAULT NULL, p_now timestamptz DEFAULT now())
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -200,10 +200,10 @@ BEGIN
     ELSIF v_window < interval '0' THEN
         RAISE EXCEPTION 'idempotency window must not be negative, got %', v_window USING ERRCODE = 'SLINV';
     END IF;
-    DELETE FROM silo.idempotency_keys k WHERE k.created < now() - v_window;
+    DELETE FROM silo.idempotency_keys k WHERE k.created < p_now - v_window;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END
 $$;
-COMMENT ON FUNCTION api.idempotency_trim(interval) IS
-    'Deletes the idempotency keys older than p_window (default NULL: silo.settings idempotency.window, 24 hours when unset) from silo.idempotency_keys; a request with such a key counts as new anyway. Returns how many were deleted. Run periodically by silo work; from psql at will. Raises SLINV when p_window is negative or the setting is not a non-negative interval.';
+COMMENT ON FUNCTION api.idempotency_trim(interval, timestamptz) IS
+    'Deletes the idempotency keys created more than p_window (default NULL: silo.settings idempotency.window, 24 hours when unset) before p_now (default now()) from silo.idempotency_keys; a request with such a key counts as new anyway. Returns how many were deleted. Run periodically by silo work''s retention job (api.retention_run, target idempotency); from psql at will. Raises SLINV when p_window is negative or the setting is not a non-negative interval.';

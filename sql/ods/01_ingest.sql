@@ -1,0 +1,249 @@
+-- Operational data store, ingest: process-flow events (api.ods_ingest) and the MDS, PDS, Process
+-- and Custom objects of units of work (api.ods_append), in the caller's transaction. HTTP's POST
+-- /ods/process-flow-events and POST /ods/objects call the *_requests forms with the requests they
+-- joined (each its own caller and idempotency key, sql/idempotency/).
+--
+-- Why it is shaped so:
+-- * Set-based: one statement checks every item, stores the objects, upserts one row per unit of
+--   work and one Summary per unit of work. ON CONFLICT DO UPDATE may touch a row once per
+--   statement, so the items are first reduced to one row per unit of work, in item order.
+--   The Summary's counts reach it, and the answers learn which objects were stored, through JSON
+--   objects keyed by unit of work (and object) rather than joins of two CTEs, which the planner, blind to their sizes, would run as a nested loop (quadratic in
+--   the units of work of a call).
+-- * startedAt is the time of the first event ingested for a unit of work (not the earliest time
+--   seen): the seed maps it from the first ProcessFlowEvent ingested. finishedAt is the time of the
+--   first event whose global status is terminal; neither moves once set.
+-- * Bad items cost the others nothing: each is refused with a SQLSTATE and a reason.
+
+CREATE SCHEMA ods_private;
+COMMENT ON SCHEMA ods_private IS 'Internals of the operational data store (sql/ods/): not a public contract. Rebuilt with schema api.';
+
+CREATE VIEW api.ods_ingest_results AS
+SELECT NULL::integer AS request, NULL::integer AS ord, NULL::text AS status, NULL::text AS unit_of_work_id,
+       NULL::text AS object_id, NULL::text AS sqlstate, NULL::text AS reason, NULL::boolean AS replayed
+WHERE false;
+COMMENT ON VIEW api.ods_ingest_results IS
+    'Always empty: the row type of api.ods_ingest, api.ods_append and their *_requests forms. request: the request''s position in the call (1 for a psql call); ord: the item''s position in its request, from 1 (NULL for a request refused whole); status: stored, duplicate (an object with the same unit of work, createdAt and id is stored already) or refused; unit_of_work_id and object_id of the item; sqlstate and reason: why it was refused; replayed: the request repeated an idempotency key and this row is the first answer.';
+
+-- An ISO-8601 instant in UTC with milliseconds, whatever the session's time zone.
+CREATE FUNCTION ods_private.iso(p_at timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
+$$;
+COMMENT ON FUNCTION ods_private.iso(timestamptz) IS
+    'p_at as an ISO-8601 date-time in UTC with milliseconds (2021-05-17T00:00:00.000Z); NULL for NULL. Raises nothing.';
+
+-- Times come as ISO-8601 with an offset or Z (or epoch milliseconds, as the event store takes
+-- them). Cheap character checks first (digits where digits go, the T, an offset or Z at the end,
+-- nothing but digits and separators), then the cast, whose error for what still is no date
+-- (02-30, 25:00) is caught: a fraction of a regular expression's or a general parser's cost.
+CREATE FUNCTION ods_private.time_of(p_value jsonb)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_text text;
+    v_len  integer;
+    v_at   timestamptz;
+BEGIN
+    IF jsonb_typeof(p_value) NOT IN ('number', 'string') THEN
+        RETURN NULL;
+    END IF;
+    v_text := p_value #>> '{}';
+    v_len := length(v_text);
+    IF v_len BETWEEN 1 AND 15 AND translate(v_text, '0123456789', '') = '' THEN
+        v_at := timestamptz 'epoch' + v_text::bigint * interval '1 millisecond';
+    ELSIF jsonb_typeof(p_value) = 'string' AND v_len BETWEEN 17 AND 40
+          AND translate(left(v_text, 10), '0123456789', '') = '--' AND substr(v_text, 5, 1) = '-'
+          AND substr(v_text, 11, 1) = 'T' AND substr(v_text, 14, 1) = ':'
+          AND translate(substr(v_text, 12), '0123456789:.+-Z', '') = ''
+          AND (right(v_text, 1) = 'Z' OR substr(v_text, v_len - 5, 1) IN ('+', '-') OR substr(v_text, v_len - 4, 1) IN ('+', '-')
+               OR substr(v_text, v_len - 2, 1) IN ('+', '-')) THEN
+        BEGIN
+            v_at := v_text::timestamptz;
+        EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format OR invalid_time_zone_displacement_value THEN
+            RETURN NULL;
+        END;
+    ELSE
+        RETURN NULL;
+    END IF;
+    IF v_at < timestamptz '1970-01-01 00:00Z' OR v_at >= timestamptz '10000-01-01 00:00Z' THEN
+        RETURN NULL;
+    END IF;
+    RETURN v_at;
+END
+$$;
+COMMENT ON FUNCTION ods_private.time_of(jsonb) IS
+    'The time p_value gives: an ISO-8601 date-time with seconds optional and an offset or Z (2021-05-16T09:00:00Z, 2021-05-16T11:00+02:00), or epoch milliseconds (a number or a string of up to 15 digits); NULL when it is none of these, names no real date, or is outside 1970 to 9999. Raises nothing.';
+
+-- The checks of one item, first broken rule wins. Events need a known global status; objects a
+-- kind and a payload.
+CREATE FUNCTION ods_private.item_problem(p_item jsonb, p_events boolean, p_at timestamptz)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_what text := CASE WHEN p_events THEN 'an event' ELSE 'an object' END;
+BEGIN
+    IF jsonb_typeof(p_item) IS DISTINCT FROM 'object' THEN
+        RETURN ARRAY['SOINV', format('%s must be a JSON object, got %s', v_what, coalesce(jsonb_typeof(p_item), 'nothing'))];
+    END IF;
+    IF jsonb_typeof(p_item -> 'unitOfWorkId') IS DISTINCT FROM 'string' OR length(p_item ->> 'unitOfWorkId') NOT BETWEEN 1 AND 256 THEN
+        RETURN ARRAY['SOINV', 'unitOfWorkId must be a string of 1 to 256 characters'];
+    END IF;
+    IF p_item ? 'id' AND (coalesce(jsonb_typeof(p_item -> 'id'), 'null') NOT IN ('string', 'null')
+                          OR length(p_item ->> 'id') NOT BETWEEN 1 AND 256) THEN
+        RETURN ARRAY['SOINV', 'id must be a string of 1 to 256 characters when given'];
+    END IF;
+    IF p_at IS NULL AND p_item ? 'createdAt' AND jsonb_typeof(p_item -> 'createdAt') <> 'null' THEN
+        RETURN ARRAY['SOTIM', 'createdAt must be an ISO-8601 date-time with an offset or Z (or epoch milliseconds) from 1970 to 9999, got '
+                              || left((p_item -> 'createdAt')::text, 100)];
+    END IF;
+    IF p_item ? 'ttl' AND (jsonb_typeof(p_item -> 'ttl') NOT IN ('number', 'null')
+                           OR (jsonb_typeof(p_item -> 'ttl') = 'number' AND (p_item ->> 'ttl') !~ '^[1-9][0-9]{0,8}$')) THEN
+        RETURN ARRAY['SOINV', 'ttl must be a positive whole number of seconds (at most 999999999) when given'];
+    END IF;
+    IF p_events THEN
+        IF p_item ? 'journeyType' AND jsonb_typeof(p_item -> 'journeyType') <> 'null'
+           AND NOT coalesce((p_item ->> 'journeyType') IN ('PAYMENT', 'RECALL', 'BULK', 'BATCH'), false) THEN
+            RETURN ARRAY['SOINV', 'journeyType must be PAYMENT, RECALL, BULK or BATCH, got ' || left((p_item -> 'journeyType')::text, 100)];
+        END IF;
+        IF jsonb_typeof(p_item -> 'globalStatus') IS DISTINCT FROM 'string' THEN
+            RETURN ARRAY['SOSTA', 'globalStatus is required (a string)'];
+        END IF;
+        IF NOT EXISTS (SELECT FROM ods.global_statuses g WHERE g.status = p_item ->> 'globalStatus') THEN
+            RETURN ARRAY['SOSTA', format('unknown globalStatus %s (ods.global_statuses lists them)', left(p_item ->> 'globalStatus', 100))];
+        END IF;
+        IF p_item ? 'name' AND jsonb_typeof(p_item -> 'name') NOT IN ('string', 'null') THEN
+            RETURN ARRAY['SOINV', 'name must be a string when given'];
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF NOT coalesce((p_item ->> 'kind') IN ('MDS', 'PDS', 'PROCESS', 'CUSTOM'), false) THEN
+        RETURN ARRAY['SOINV', 'kind must be MDS, PDS, PROCESS or CUSTOM, got ' || coalesce(left((p_item -> 'kind')::text, 100), 'nothing')];
+    END IF;
+    IF jsonb_typeof(p_item -> 'type') IS DISTINCT FROM 'string' OR p_item ->> 'type' = '' THEN
+        RETURN ARRAY['SOINV', 'type is required (a non-empty string)'];
+    END IF;
+    IF NOT p_item ? 'payload' THEN
+        RETURN ARRAY['SOINV', 'payload is required (any JSON value)'];
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION ods_private.item_problem(jsonb, boolean, timestamptz) IS
+    'Why p_item is not a valid process-flow event (p_events true) or object (false), as {sqlstate, reason}, or NULL when it is valid; p_at is its createdAt as ods_private.time_of reads it (NULL: none, or unreadable when createdAt is given). Raises nothing.';
+
+CREATE FUNCTION ods_private.ingest(p_items jsonb, p_events boolean)
+RETURNS SETOF api.ods_ingest_results
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF p_items IS NULL OR jsonb_typeof(p_items) NOT IN ('object', 'array') THEN
+        RAISE EXCEPTION '% must be a JSON object or array', CASE WHEN p_events THEN 'events' ELSE 'objects' END
+            USING ERRCODE = 'SLINV', DETAIL = format('got %s', coalesce(jsonb_typeof(p_items), 'NULL'));
+    END IF;
+    RETURN QUERY
+    WITH items AS (
+        SELECT t.ord, t.item, t.at, ods_private.item_problem(t.item, p_events, t.at) AS problem
+        FROM (SELECT e.n::integer AS ord, e.item, ods_private.time_of(e.item -> 'createdAt') AS at
+              FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_items) = 'object' THEN jsonb_build_array(p_items) ELSE p_items END)
+                   WITH ORDINALITY AS e(item, n)
+              OFFSET 0) t
+    ), valid AS (
+        SELECT i.ord, i.item ->> 'unitOfWorkId' AS uow,
+               coalesce(i.item ->> 'id', gen_random_uuid()::text) AS object_id,
+               coalesce(i.at, now()) AS at,
+               CASE WHEN p_events THEN 'PROCESS' ELSE i.item ->> 'kind' END AS kind,
+               CASE WHEN p_events THEN coalesce(i.item ->> 'name', 'ProcessFlowEvent') ELSE i.item ->> 'type' END AS type,
+               CASE WHEN p_events THEN i.item ELSE i.item -> 'payload' END AS payload,
+               i.item ->> 'journeyType' AS journey_type, i.item ->> 'globalStatus' AS status,
+               coalesce(g.terminal, false) AS terminal, (i.item ->> 'ttl')::integer AS ttl
+        FROM items i
+        LEFT JOIN ods.global_statuses g ON p_events AND g.status = i.item ->> 'globalStatus'
+        WHERE i.problem IS NULL
+    ), stored AS (
+        INSERT INTO ods.objects AS o (unit_of_work_id, created_at, object_id, kind, type, payload)
+        SELECT v.uow, v.at, v.object_id, v.kind, v.type, v.payload FROM valid v ORDER BY v.ord
+        ON CONFLICT DO NOTHING
+        RETURNING o.unit_of_work_id, o.created_at, o.object_id
+    ), per_uow AS (
+        SELECT v.uow,
+               (array_agg(v.journey_type ORDER BY v.ord DESC) FILTER (WHERE v.journey_type IS NOT NULL))[1] AS journey_type,
+               coalesce((array_agg(v.status ORDER BY v.ord) FILTER (WHERE v.terminal))[1],
+                        (array_agg(v.status ORDER BY v.ord DESC))[1]) AS status,
+               CASE WHEN p_events THEN (array_agg(v.at ORDER BY v.ord))[1] END AS started_at,
+               (array_agg(v.at ORDER BY v.ord) FILTER (WHERE v.terminal))[1] AS finished_at,
+               min(v.at) AS first_seen,
+               (array_agg(v.ttl ORDER BY v.ord DESC) FILTER (WHERE v.ttl IS NOT NULL))[1] AS ttl,
+               count(*) FILTER (WHERE p_events)::integer AS events,
+               (array_agg(v.type ORDER BY v.ord DESC))[1] AS last_event
+        FROM valid v GROUP BY v.uow
+    ), uows AS (
+        INSERT INTO ods.unit_of_works AS u (id, journey_type, global_status, started_at, finished_at, first_seen, last_updated, ttl)
+        SELECT p.uow, p.journey_type, p.status, p.started_at, p.finished_at, p.first_seen, now(), p.ttl
+        FROM per_uow p ORDER BY p.uow
+        ON CONFLICT (id) DO UPDATE
+        SET journey_type  = coalesce(excluded.journey_type, u.journey_type),
+            global_status = CASE WHEN u.finished_at IS NOT NULL THEN u.global_status
+                                 ELSE coalesce(excluded.global_status, u.global_status) END,
+            started_at    = coalesce(u.started_at, excluded.started_at),
+            finished_at   = coalesce(u.finished_at, excluded.finished_at),
+            first_seen    = least(u.first_seen, excluded.first_seen),
+            last_updated  = excluded.last_updated,
+            ttl           = coalesce(excluded.ttl, u.ttl)
+        RETURNING u.id, u.journey_type, u.global_status
+    ), stored_keys AS MATERIALIZED (
+        SELECT coalesce(jsonb_object_agg(x.unit_of_work_id || E'\n' || x.created_at::text || E'\n' || x.object_id, true), '{}') AS keys
+        FROM stored x
+    ), counts AS MATERIALIZED (
+        SELECT jsonb_object_agg(p.uow, jsonb_build_array(p.events, p.last_event)) AS by_uow FROM per_uow p
+    ), summaries AS (
+        INSERT INTO ods.summaries AS s (unit_of_work_id, journey_type, global_status, events, last_event, last_updated)
+        SELECT u.id, u.journey_type, u.global_status, (c.by_uow -> u.id ->> 0)::integer,
+               CASE WHEN p_events THEN c.by_uow -> u.id ->> 1 END, now()
+        FROM uows u CROSS JOIN counts c
+        ORDER BY u.id
+        ON CONFLICT (unit_of_work_id) DO UPDATE
+        SET journey_type  = excluded.journey_type,
+            global_status = excluded.global_status,
+            events        = s.events + excluded.events,
+            last_event    = coalesce(excluded.last_event, s.last_event),
+            last_updated  = excluded.last_updated
+        RETURNING 1
+    )
+    SELECT 1, i.ord,
+           CASE WHEN i.problem IS NOT NULL THEN 'refused'
+                WHEN k.keys ? (v.uow || E'\n' || v.at::text || E'\n' || v.object_id)
+                     AND v.ord = min(v.ord) OVER (PARTITION BY v.uow, v.at, v.object_id) THEN 'stored'
+                ELSE 'duplicate' END,
+           CASE WHEN jsonb_typeof(i.item -> 'unitOfWorkId') = 'string' THEN left(i.item ->> 'unitOfWorkId', 256) END,
+           v.object_id, i.problem[1], i.problem[2], false
+    FROM items i
+    LEFT JOIN valid v ON v.ord = i.ord
+    CROSS JOIN stored_keys k
+    ORDER BY i.ord;
+END
+$$;
+COMMENT ON FUNCTION ods_private.ingest(jsonb, boolean) IS
+    'Ingests p_items (one item or a JSON array) in the caller''s transaction: process-flow events when p_events is true, objects otherwise (api.ods_ingest and api.ods_append say what each is). Returns one api.ods_ingest_results row per item, in order (request 1). Raises SLINV when p_items is neither an object nor an array.';
+
+CREATE FUNCTION api.ods_ingest(p_events jsonb)
+RETURNS SETOF api.ods_ingest_results
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT * FROM ods_private.ingest(p_events, true);
+$$;
+COMMENT ON FUNCTION api.ods_ingest(jsonb) IS
+    'Ingests process-flow events, as psql''s counterpart of POST /ods/process-flow-events. p_events (no default): one event or a JSON array of them, each {"unitOfWorkId": string (1 to 256 characters, required), "globalStatus": a status of ods.global_statuses (required), "journeyType": PAYMENT | RECALL | BULK | BATCH (optional), "name": the event''s name (optional), "id": the event''s id (optional, made when absent), "createdAt": ISO-8601 date-time or epoch milliseconds (optional: the time of ingest), "ttl": seconds (optional, TTL mode''s per-unit-of-work override), anything else kept}. Each stored event becomes a PROCESS object of its unit of work; the unit of work is created at its first event, whose time is its startedAt; the first event with a terminal status sets finishedAt; the Summary counts the events. Returns one api.ods_ingest_results row per event: stored, duplicate (same unit of work, createdAt and id stored already: nothing changes but lastUpdated) or refused with SOINV (not an object, bad unitOfWorkId, id, ttl, journeyType or name), SOSTA (globalStatus missing or unknown) or SOTIM (bad createdAt); refused events cost the others nothing. Raises SLINV when p_events is NULL or neither an object nor an array; transient errors roll back the whole call.';
+
+CREATE FUNCTION api.ods_append(p_objects jsonb)
+RETURNS SETOF api.ods_ingest_results
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT * FROM ods_private.ingest(p_objects, false);
+$$;
+COMMENT ON FUNCTION api.ods_append(jsonb) IS
+    'Appends objects to units of work, as psql''s counterpart of POST /ods/objects. p_objects (no default): one object or a JSON array of them, each {"unitOfWorkId": string (1 to 256 characters, required), "kind": MDS | PDS | PROCESS | CUSTOM (required), "type": non-empty string (required), "payload": any JSON value (required), "id": optional (made when absent), "createdAt": ISO-8601 date-time or epoch milliseconds (optional: the time of ingest), "ttl": seconds (optional)}. A unit of work not seen yet is created without startedAt (only process-flow events set it). Returns one api.ods_ingest_results row per object: stored, duplicate or refused with SOINV or SOTIM; refused objects cost the others nothing. Raises SLINV when p_objects is NULL or neither an object nor an array; transient errors roll back the whole call.';
