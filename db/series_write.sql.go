@@ -45,8 +45,8 @@ func (q *Queries) SeriesAppendBatch(ctx context.Context, arg SeriesAppendBatchPa
 
 const seriesAppendRequests = `-- name: SeriesAppendRequests :many
 
-SELECT r.request::integer AS request, r.answer::jsonb AS answer, r.sqlstate::text AS sqlstate,
-       r.reason::text AS reason, r.replayed::boolean AS replayed
+SELECT r.request::integer AS request, r.answer::jsonb AS answer, coalesce(r.sqlstate, '')::text AS sqlstate,
+       coalesce(r.reason, '')::text AS reason, r.replayed::boolean AS replayed
 FROM api.series_append_requests($1::jsonb) r
 `
 
@@ -60,6 +60,7 @@ type SeriesAppendRequestsRow struct {
 
 // High-frequency series, writes (sql/series/): each query one call of an api.series_* function.
 // The series write route: the requests joined into one call, one row per request.
+// sqlstate and reason are empty for a request that was applied.
 func (q *Queries) SeriesAppendRequests(ctx context.Context, requests json.RawMessage) ([]SeriesAppendRequestsRow, error) {
 	rows, err := q.db.Query(ctx, seriesAppendRequests, requests)
 	if err != nil {

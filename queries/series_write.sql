@@ -2,8 +2,9 @@
 
 -- name: SeriesAppendRequests :many
 -- The series write route: the requests joined into one call, one row per request.
-SELECT r.request::integer AS request, r.answer::jsonb AS answer, r.sqlstate::text AS sqlstate,
-       r.reason::text AS reason, r.replayed::boolean AS replayed
+-- sqlstate and reason are empty for a request that was applied.
+SELECT r.request::integer AS request, r.answer::jsonb AS answer, coalesce(r.sqlstate, '')::text AS sqlstate,
+       coalesce(r.reason, '')::text AS reason, r.replayed::boolean AS replayed
 FROM api.series_append_requests(sqlc.arg(requests)::jsonb) r;
 
 -- name: SeriesAppend :one
