@@ -52,6 +52,12 @@ type Config struct {
 	// PartitionMaintenanceInterval is how often the time-partitioned tables are maintained (0:
 	// DefaultPartitionMaintenanceInterval; negative: never).
 	PartitionMaintenanceInterval time.Duration
+	// SeriesFlushInterval is how often the series metadata updater flushes due updates and held
+	// back notifications (0: DefaultSeriesFlushInterval; negative: never).
+	SeriesFlushInterval time.Duration
+	// SeriesMaintenanceInterval is how often deleted series are removed and series retention
+	// applied (0: DefaultSeriesMaintenanceInterval; negative: never).
+	SeriesMaintenanceInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -72,6 +78,12 @@ func (c *Config) defaults() {
 	}
 	if c.PartitionMaintenanceInterval == 0 {
 		c.PartitionMaintenanceInterval = DefaultPartitionMaintenanceInterval
+	}
+	if c.SeriesFlushInterval == 0 {
+		c.SeriesFlushInterval = DefaultSeriesFlushInterval
+	}
+	if c.SeriesMaintenanceInterval == 0 {
+		c.SeriesMaintenanceInterval = DefaultSeriesMaintenanceInterval
 	}
 }
 
@@ -96,6 +108,8 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 	river.AddWorker(workers, &IdempotencyTrimWorker{queries: db.New(pool), logger: cfg.Logger})
 	river.AddWorker(workers, &PartitionMaintenanceWorker{queries: db.New(pool), logger: cfg.Logger})
 	river.AddWorker(workers, &EventTrimWorker{queries: db.New(pool), logger: cfg.Logger})
+	river.AddWorker(workers, &SeriesMetadataWorker{queries: db.New(pool), logger: cfg.Logger})
+	river.AddWorker(workers, &SeriesMaintenanceWorker{queries: db.New(pool), logger: cfg.Logger})
 
 	periodic := []*river.PeriodicJob{river.NewPeriodicJob(
 		river.PeriodicInterval(cfg.MaintenanceInterval),
@@ -132,6 +146,20 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 			river.PeriodicInterval(cfg.PartitionMaintenanceInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return PartitionMaintenanceArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "partition_maintenance"},
+		))
+	}
+	if cfg.SeriesFlushInterval > 0 {
+		periodic = append(periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(cfg.SeriesFlushInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return SeriesMetadataArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true, ID: "series_metadata"},
+		))
+	}
+	if cfg.SeriesMaintenanceInterval > 0 {
+		periodic = append(periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(cfg.SeriesMaintenanceInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return SeriesMaintenanceArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true, ID: "series_maintenance"},
 		))
 	}
 	return &river.Config{
