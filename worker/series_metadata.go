@@ -42,7 +42,9 @@ type SeriesMetadataWorker struct {
 }
 
 // Timeout bounds one run.
-func (w *SeriesMetadataWorker) Timeout(*river.Job[SeriesMetadataArgs]) time.Duration { return time.Minute }
+func (w *SeriesMetadataWorker) Timeout(*river.Job[SeriesMetadataArgs]) time.Duration {
+	return time.Minute
+}
 
 // Work flushes until a call finds fewer than a thousand updates due.
 func (w *SeriesMetadataWorker) Work(ctx context.Context, job *river.Job[SeriesMetadataArgs]) error {
