@@ -230,3 +230,28 @@ func TestSeriesAppendBatch(t *testing.T) {
 	}
 	accountCode(t, batch(`{"format": "seriesBatch", "data": [{"eventId": "cmissingmissingmissing000", "data": {}}]}`), "SANFD")
 }
+
+// The numbers of a field in one body are stored at one scale, the largest they need, so a feed's
+// digits move by small steps (what compression encodes cheaply); one that does not fit keeps its own.
+func TestSeriesAppendScale(t *testing.T) {
+	t.Parallel()
+	b := accountSetup(t)
+	b.tree(t)
+	id := b.seriesHolder(t, "mass/kg")
+	require.NoError(t, b.seriesAppend(t, b.personal, id, `{"format": "flatJSON", "fields": ["deltaTime", "value"],
+		"points": [[0, 20.1], [1, 20.15], [2, 20], [3, -0.05], [4, 1e300]]}`))
+	rows, err := b.tx.Query(b.ctx, `SELECT n1, s1 FROM series.points ORDER BY at`)
+	require.NoError(t, err)
+	var got [][2]int64
+	for rows.Next() {
+		var n int64
+		var s int16
+		require.NoError(t, rows.Scan(&n, &s))
+		got = append(got, [2]int64{n, int64(s)})
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, [][2]int64{{2010, 2}, {2015, 2}, {2000, 2}, {-5, 2}, {1, -300}}, got)
+	out, err := b.seriesGet(t, b.personal, id, db.SeriesGetParams{Relative: true})
+	require.NoError(t, err)
+	require.Equal(t, `[[0,20.1],[1,20.15],[2,20],[3,-0.05],[4,1`+strings.Repeat("0", 300)+`]]`, seriesPoints(t, out))
+}

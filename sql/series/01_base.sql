@@ -59,6 +59,46 @@ AS $$
 $$;
 COMMENT ON FUNCTION series_private.decimal_s(numeric) IS 'The scale s of number p_x as stored (value = n / 10^s, series_private.decimal_n). NULL for NULL or a number beyond double precision. Raises nothing.';
 
+-- The scale a plain number (at most 18 significant digits) needs: the body's numbers of a field
+-- are stored at the largest of these. NULL for NULL or a number that takes the long way.
+CREATE FUNCTION series_private.plain_scale(p_x numeric)
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_x IS NOT NULL AND series_private.decimal_fits(trim_scale(p_x)::text) THEN scale(trim_scale(p_x)) END;
+$$;
+COMMENT ON FUNCTION series_private.plain_scale(numeric) IS 'The decimal scale of p_x (digits after the point, trailing zeros dropped) when its digits fit 18; NULL for NULL or a longer number. Raises nothing.';
+
+CREATE FUNCTION series_private.at_scale(p_x numeric, p_scale integer)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT p_scale IS NOT NULL AND p_scale BETWEEN 0 AND 18 AND scale(trim_scale(p_x)) <= p_scale
+           AND abs(p_x) < ('{1e18,1e17,1e16,1e15,1e14,1e13,1e12,1e11,1e10,1e9,1e8,1e7,1e6,1e5,1e4,1e3,1e2,1e1,1}'::numeric[])[p_scale + 1];
+$$;
+COMMENT ON FUNCTION series_private.at_scale(numeric, integer) IS 'Whether number p_x is stored exactly as digits at scale p_scale in a bigint of at most 18 digits. Raises nothing.';
+
+CREATE FUNCTION series_private.scaled_n(p_x numeric, p_scale integer)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_x IS NULL THEN NULL
+                WHEN series_private.at_scale(p_x, p_scale)
+                    THEN (p_x * ('{1,1e1,1e2,1e3,1e4,1e5,1e6,1e7,1e8,1e9,1e10,1e11,1e12,1e13,1e14,1e15,1e16,1e17,1e18}'::numeric[])[p_scale + 1])::bigint
+                ELSE series_private.decimal_n(p_x) END;
+$$;
+COMMENT ON FUNCTION series_private.scaled_n(numeric, integer) IS 'Column n of number p_x stored at the body''s scale p_scale (series_private.at_scale), or at its own (series_private.decimal_n) when it does not fit. NULL for NULL. Raises nothing.';
+
+CREATE FUNCTION series_private.scaled_s(p_x numeric, p_scale integer)
+RETURNS smallint
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_x IS NULL THEN NULL
+                WHEN series_private.at_scale(p_x, p_scale) THEN p_scale::smallint
+                ELSE series_private.decimal_s(p_x) END;
+$$;
+COMMENT ON FUNCTION series_private.scaled_s(numeric, integer) IS 'Column s of number p_x stored at the body''s scale p_scale, or its own scale when it does not fit (series_private.scaled_n). NULL for NULL. Raises nothing.';
+
 -- A JSON number, or a string holding one (CSV cells, and Pryv's clients that send numbers as
 -- strings). Unlike Pryv's ^\d+(\.\d+)?$, negative numbers and exponents are read too.
 CREATE FUNCTION series_private.cell_number(p_c jsonb)
@@ -147,11 +187,11 @@ AS $$
         WHEN p_n IS NULL THEN 'null'
         WHEN p_kind = 'boolean' THEN CASE WHEN p_n <> 0 THEN 'true' ELSE 'false' END
         WHEN p_s = 0 THEN p_n::text
-        WHEN p_s BETWEEN 1 AND 24 THEN ((p_n::text || 'e' || (-p_s)::text)::numeric)::text
+        WHEN p_s BETWEEN 1 AND 24 THEN trim_scale((p_n::text || 'e' || (-p_s)::text)::numeric)::text
         ELSE p_n::text || 'e' || (-p_s)::text
     END;
 $$;
-COMMENT ON FUNCTION series_private.value_json(bigint, smallint, text, text) IS 'The JSON text of a stored value (columns n, s, t of a field of kind p_kind): a number as the decimal n / 10^s (exponent form beyond 24 decimals or for trailing zeros), an integer, true or false, a JSON string, or null. Raises nothing.';
+COMMENT ON FUNCTION series_private.value_json(bigint, smallint, text, text) IS 'The JSON text of a stored value (columns n, s, t of a field of kind p_kind): a number as the decimal n / 10^s without trailing zeros (exponent form beyond 24 decimals or for trailing zeros), an integer, true or false, a JSON string, or null. Raises nothing.';
 
 CREATE FUNCTION series_private.value_csv(p_n bigint, p_s smallint, p_t text, p_kind text)
 RETURNS text

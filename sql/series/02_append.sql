@@ -4,7 +4,11 @@
 -- timestamp or deltaTime; the type's required fields; no unknown or repeated one), the rows (arrays
 -- of as many cells as fields), then each cell's value by its field's kind.
 --
--- Why it is shaped so: one statement reads, checks and writes all the points of a body. A point
+-- Why it is shaped so: one statement reads, checks and writes all the points of a body. Numbers
+-- of a field are stored at one scale per body, the largest any of its numbers needs (20.1 and
+-- 20.15 as 2010 and 2015, scale 2), so a feed's digits change by small steps from point to point,
+-- which is what compression encodes in few bits; a number that does not fit that scale in 18 digits
+-- keeps its own. A point
 -- that breaks a rule stops the statement as it is met (series_private.fail in the WHERE clause),
 -- so a valid body is read once. Two points of one body at the same time: the later one is written
 -- (DISTINCT ON, last write wins, as against the stored point: ON CONFLICT DO UPDATE). The
@@ -103,18 +107,34 @@ BEGIN
         INSERT INTO series.points AS p (series_id, at, n1, s1, t1, n2, s2, t2, n3, s3, t3, n4, s4, t4,
                                         n5, s5, t5, n6, s6, t6, n7, s7, t7, n8, s8, t8)
         SELECT DISTINCT ON (c.us) v_holder.series_id, series_private.us_at(c.us),
-               series_private.cell_n(c.c1, v_kind[1]), series_private.cell_s(c.c1, v_kind[1]), series_private.cell_t(c.c1, v_kind[1]),
-               series_private.cell_n(c.c2, v_kind[2]), series_private.cell_s(c.c2, v_kind[2]), series_private.cell_t(c.c2, v_kind[2]),
-               series_private.cell_n(c.c3, v_kind[3]), series_private.cell_s(c.c3, v_kind[3]), series_private.cell_t(c.c3, v_kind[3]),
-               series_private.cell_n(c.c4, v_kind[4]), series_private.cell_s(c.c4, v_kind[4]), series_private.cell_t(c.c4, v_kind[4]),
-               series_private.cell_n(c.c5, v_kind[5]), series_private.cell_s(c.c5, v_kind[5]), series_private.cell_t(c.c5, v_kind[5]),
-               series_private.cell_n(c.c6, v_kind[6]), series_private.cell_s(c.c6, v_kind[6]), series_private.cell_t(c.c6, v_kind[6]),
-               series_private.cell_n(c.c7, v_kind[7]), series_private.cell_s(c.c7, v_kind[7]), series_private.cell_t(c.c7, v_kind[7]),
-               series_private.cell_n(c.c8, v_kind[8]), series_private.cell_s(c.c8, v_kind[8]), series_private.cell_t(c.c8, v_kind[8])
+               CASE WHEN v_kind[1] = 'number' THEN series_private.scaled_n(c.x1, c.m1) ELSE series_private.cell_n(c.c1, v_kind[1]) END,
+               CASE WHEN v_kind[1] = 'number' THEN series_private.scaled_s(c.x1, c.m1) ELSE series_private.cell_s(c.c1, v_kind[1]) END,
+               series_private.cell_t(c.c1, v_kind[1]),
+               CASE WHEN v_kind[2] = 'number' THEN series_private.scaled_n(c.x2, c.m2) ELSE series_private.cell_n(c.c2, v_kind[2]) END,
+               CASE WHEN v_kind[2] = 'number' THEN series_private.scaled_s(c.x2, c.m2) ELSE series_private.cell_s(c.c2, v_kind[2]) END,
+               series_private.cell_t(c.c2, v_kind[2]),
+               CASE WHEN v_kind[3] = 'number' THEN series_private.scaled_n(c.x3, c.m3) ELSE series_private.cell_n(c.c3, v_kind[3]) END,
+               CASE WHEN v_kind[3] = 'number' THEN series_private.scaled_s(c.x3, c.m3) ELSE series_private.cell_s(c.c3, v_kind[3]) END,
+               series_private.cell_t(c.c3, v_kind[3]),
+               CASE WHEN v_kind[4] = 'number' THEN series_private.scaled_n(c.x4, c.m4) ELSE series_private.cell_n(c.c4, v_kind[4]) END,
+               CASE WHEN v_kind[4] = 'number' THEN series_private.scaled_s(c.x4, c.m4) ELSE series_private.cell_s(c.c4, v_kind[4]) END,
+               series_private.cell_t(c.c4, v_kind[4]),
+               CASE WHEN v_kind[5] = 'number' THEN series_private.scaled_n(c.x5, c.m5) ELSE series_private.cell_n(c.c5, v_kind[5]) END,
+               CASE WHEN v_kind[5] = 'number' THEN series_private.scaled_s(c.x5, c.m5) ELSE series_private.cell_s(c.c5, v_kind[5]) END,
+               series_private.cell_t(c.c5, v_kind[5]),
+               CASE WHEN v_kind[6] = 'number' THEN series_private.scaled_n(c.x6, c.m6) ELSE series_private.cell_n(c.c6, v_kind[6]) END,
+               CASE WHEN v_kind[6] = 'number' THEN series_private.scaled_s(c.x6, c.m6) ELSE series_private.cell_s(c.c6, v_kind[6]) END,
+               series_private.cell_t(c.c6, v_kind[6]),
+               CASE WHEN v_kind[7] = 'number' THEN series_private.scaled_n(c.x7, c.m7) ELSE series_private.cell_n(c.c7, v_kind[7]) END,
+               CASE WHEN v_kind[7] = 'number' THEN series_private.scaled_s(c.x7, c.m7) ELSE series_private.cell_s(c.c7, v_kind[7]) END,
+               series_private.cell_t(c.c7, v_kind[7]),
+               CASE WHEN v_kind[8] = 'number' THEN series_private.scaled_n(c.x8, c.m8) ELSE series_private.cell_n(c.c8, v_kind[8]) END,
+               CASE WHEN v_kind[8] = 'number' THEN series_private.scaled_s(c.x8, c.m8) ELSE series_private.cell_s(c.c8, v_kind[8]) END,
+               series_private.cell_t(c.c8, v_kind[8])
         FROM (
-            SELECT x.*
+            SELECT x.*, max(x.sc1) OVER () AS m1, max(x.sc2) OVER () AS m2, max(x.sc3) OVER () AS m3, max(x.sc4) OVER () AS m4, max(x.sc5) OVER () AS m5, max(x.sc6) OVER () AS m6, max(x.sc7) OVER () AS m7, max(x.sc8) OVER () AS m8
             FROM (
-                SELECT e.ord, e.c1, e.c2, e.c3, e.c4, e.c5, e.c6, e.c7, e.c8,
+                SELECT e.*,
                        CASE WHEN e.tn IS NULL OR e.tn < 0 OR e.tn >= 100000000000 THEN NULL
                             WHEN v_abs THEN round(e.tn * 1000000)::bigint
                             ELSE v_te + round(e.tn * 1000000)::bigint END AS us,
@@ -122,7 +142,8 @@ BEGIN
                             WHEN e.tn IS NULL THEN format('%s must be a number of seconds, not %s', v_tname, left(e.tc::text, 40))
                             WHEN e.tn < 0 OR e.tn >= 100000000000 OR (v_abs AND round(e.tn * 1000000) < v_te)
                                 THEN format('%s %s is out of range: a point may not come before its event''s time', v_tname, left(e.tc::text, 40))
-                            ELSE coalesce(series_private.cell_problem(e.c1, v_kind[1], v_req[1], v_fname[1]),
+                            ELSE coalesce(
+                                          series_private.cell_problem(e.c1, v_kind[1], v_req[1], v_fname[1]),
                                           series_private.cell_problem(e.c2, v_kind[2], v_req[2], v_fname[2]),
                                           series_private.cell_problem(e.c3, v_kind[3], v_req[3], v_fname[3]),
                                           series_private.cell_problem(e.c4, v_kind[4], v_req[4], v_fname[4]),
@@ -130,11 +151,27 @@ BEGIN
                                           series_private.cell_problem(e.c6, v_kind[6], v_req[6], v_fname[6]),
                                           series_private.cell_problem(e.c7, v_kind[7], v_req[7], v_fname[7]),
                                           series_private.cell_problem(e.c8, v_kind[8], v_req[8], v_fname[8]))
-                       END AS problem
+                       END AS problem,
+                       series_private.plain_scale(e.x1) AS sc1,
+                       series_private.plain_scale(e.x2) AS sc2,
+                       series_private.plain_scale(e.x3) AS sc3,
+                       series_private.plain_scale(e.x4) AS sc4,
+                       series_private.plain_scale(e.x5) AS sc5,
+                       series_private.plain_scale(e.x6) AS sc6,
+                       series_private.plain_scale(e.x7) AS sc7,
+                       series_private.plain_scale(e.x8) AS sc8
                 FROM (
                     SELECT r.ord, r.row -> v_ti AS tc, series_private.cell_number(r.row -> v_ti) AS tn,
                            r.row -> v_idx[1] AS c1, r.row -> v_idx[2] AS c2, r.row -> v_idx[3] AS c3, r.row -> v_idx[4] AS c4,
                            r.row -> v_idx[5] AS c5, r.row -> v_idx[6] AS c6, r.row -> v_idx[7] AS c7, r.row -> v_idx[8] AS c8,
+                           CASE WHEN v_kind[1] = 'number' THEN series_private.cell_number(r.row -> v_idx[1]) END AS x1,
+                           CASE WHEN v_kind[2] = 'number' THEN series_private.cell_number(r.row -> v_idx[2]) END AS x2,
+                           CASE WHEN v_kind[3] = 'number' THEN series_private.cell_number(r.row -> v_idx[3]) END AS x3,
+                           CASE WHEN v_kind[4] = 'number' THEN series_private.cell_number(r.row -> v_idx[4]) END AS x4,
+                           CASE WHEN v_kind[5] = 'number' THEN series_private.cell_number(r.row -> v_idx[5]) END AS x5,
+                           CASE WHEN v_kind[6] = 'number' THEN series_private.cell_number(r.row -> v_idx[6]) END AS x6,
+                           CASE WHEN v_kind[7] = 'number' THEN series_private.cell_number(r.row -> v_idx[7]) END AS x7,
+                           CASE WHEN v_kind[8] = 'number' THEN series_private.cell_number(r.row -> v_idx[8]) END AS x8,
                            CASE WHEN jsonb_typeof(r.row) <> 'array' THEN format('a point must be an array, not %s', jsonb_typeof(r.row))
                                 WHEN jsonb_array_length(r.row) <> v_nf
                                     THEN format('a point must have %s values (one per field), not %s', v_nf, jsonb_array_length(r.row))
