@@ -24,6 +24,9 @@
 //	                    websocket clients
 //	event_ingest.go     7. POST /events, NDJSON, 1,000 events per request, without and with a
 //	                    consumer, next to COPY of the same rows (SILO_BENCH_ONLY=events)
+//	series_ingest.go    8. high-frequency series: flatJSON and seriesBatch ingest next to COPY, a
+//	                    1,000,000-point read next to COPY TO, bytes per point compressed and not
+//	                    (SILO_BENCH_ONLY=series)
 //
 // A workload file registers its workload in an init function with register: its position in the
 // run and the SILO_BENCH_ONLY values that select it. SILO_BENCH_ONLY=apply runs workload 1 alone;
