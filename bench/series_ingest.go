@@ -206,9 +206,11 @@ func seriesWorkload(ctx context.Context, bn *bench, rp *report) error {
 	for range 100 {
 		var id string
 		var series int64
-		if err := bn.raw.QueryRow(ctx, `SELECT e.id, e.series_id FROM account.events e
-			WHERE e.id = (api.account_event_create($1, jsonb_build_object('streamId', 'sensors', 'type', 'series:temperature/c', 'time', $2::float8)) #>> '{event,id}')`,
-			personal, float64(sb.start.Unix())).Scan(&id, &series); err != nil {
+		if err := bn.raw.QueryRow(ctx, `SELECT api.account_event_create($1, jsonb_build_object('streamId', 'sensors', 'type', 'series:temperature/c', 'time', $2::float8)) #>> '{event,id}'`,
+			personal, float64(sb.start.Unix())).Scan(&id); err != nil {
+			return err
+		}
+		if err := bn.raw.QueryRow(ctx, `SELECT series_id FROM account.events WHERE id = $1`, id).Scan(&series); err != nil {
 			return err
 		}
 		sb.holders = append(sb.holders, id)

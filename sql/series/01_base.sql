@@ -2,7 +2,10 @@
 -- A value of a point is stored in three columns of its field's position (n, s, t: see the table's
 -- comment); these functions turn a JSON cell into those columns and back. They are SQL functions of
 -- one expression, so PostgreSQL inlines them into the set-based statements that use them: a call per
--- cell would cost more than the cell.
+-- cell would cost more than the cell. They are STABLE, not IMMUTABLE, though they depend on nothing
+-- but their arguments: PostgreSQL refuses to inline an IMMUTABLE function whose body calls a
+-- function it marks STABLE (format, timestamptz arithmetic, float8 output), and runs it as a call
+-- of its own per row, a hundred times slower.
 --
 -- Errors are the account domain's (server/account_errors.go maps them to Pryv's ids): SASTR
 -- (invalid-request-structure) for a body that breaks the flatJSON or seriesBatch rules, SAINV
@@ -33,7 +36,7 @@ COMMENT ON FUNCTION series_private.decimal_slow(numeric, OUT bigint, OUT smallin
 
 CREATE FUNCTION series_private.decimal_fits(p_t text)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT length(p_t) - (strpos(p_t, '.') > 0)::integer - (left(p_t, 1) = '-')::integer <= 18;
 $$;
@@ -41,7 +44,7 @@ COMMENT ON FUNCTION series_private.decimal_fits(text) IS 'Whether the text of a 
 
 CREATE FUNCTION series_private.decimal_n(p_x numeric)
 RETURNS bigint
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE WHEN p_x IS NULL THEN NULL
                 WHEN series_private.decimal_fits(trim_scale(p_x)::text) THEN replace(trim_scale(p_x)::text, '.', '')::bigint
@@ -51,7 +54,7 @@ COMMENT ON FUNCTION series_private.decimal_n(numeric) IS 'The digits n of number
 
 CREATE FUNCTION series_private.decimal_s(p_x numeric)
 RETURNS smallint
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE WHEN p_x IS NULL THEN NULL
                 WHEN series_private.decimal_fits(trim_scale(p_x)::text) THEN scale(trim_scale(p_x))::smallint
@@ -59,51 +62,51 @@ AS $$
 $$;
 COMMENT ON FUNCTION series_private.decimal_s(numeric) IS 'The scale s of number p_x as stored (value = n / 10^s, series_private.decimal_n). NULL for NULL or a number beyond double precision. Raises nothing.';
 
--- The scale a plain number (at most 18 significant digits) needs: the body's numbers of a field
--- are stored at the largest of these. NULL for NULL or a number that takes the long way.
-CREATE FUNCTION series_private.plain_scale(p_x numeric)
+-- Powers of ten as numeric constants (an array lookup, not a power() per value).
+CREATE FUNCTION series_private.pow10(p_exp integer)
+RETURNS numeric
+LANGUAGE sql STABLE
+AS $$
+    SELECT ('{1,1e1,1e2,1e3,1e4,1e5,1e6,1e7,1e8,1e9,1e10,1e11,1e12,1e13,1e14,1e15,1e16,1e17,1e18}'::numeric[])[p_exp + 1];
+$$;
+COMMENT ON FUNCTION series_private.pow10(integer) IS '10^p_exp for p_exp from 0 to 18; NULL otherwise. Raises nothing.';
+
+-- The scale a plain number needs (p_t: the number with trailing zeros trimmed): the body's numbers
+-- of a field are stored at the largest of these.
+CREATE FUNCTION series_private.plain_scale(p_t numeric)
 RETURNS integer
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
-    SELECT CASE WHEN p_x IS NOT NULL AND series_private.decimal_fits(trim_scale(p_x)::text) THEN scale(trim_scale(p_x)) END;
+    SELECT CASE WHEN scale(p_t) <= 18 AND abs(p_t) * series_private.pow10(scale(p_t)) < 1e18 THEN scale(p_t) END;
 $$;
-COMMENT ON FUNCTION series_private.plain_scale(numeric) IS 'The decimal scale of p_x (digits after the point, trailing zeros dropped) when its digits fit 18; NULL for NULL or a longer number. Raises nothing.';
+COMMENT ON FUNCTION series_private.plain_scale(numeric) IS 'The decimal scale of p_t (a number with trailing zeros trimmed) when its digits fit 18 at that scale; NULL for NULL or a longer number (stored by series_private.decimal_n and decimal_s). Raises nothing.';
 
-CREATE FUNCTION series_private.at_scale(p_x numeric, p_scale integer)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE
-AS $$
-    SELECT p_scale IS NOT NULL AND p_scale BETWEEN 0 AND 18 AND scale(trim_scale(p_x)) <= p_scale
-           AND abs(p_x) < ('{1e18,1e17,1e16,1e15,1e14,1e13,1e12,1e11,1e10,1e9,1e8,1e7,1e6,1e5,1e4,1e3,1e2,1e1,1}'::numeric[])[p_scale + 1];
-$$;
-COMMENT ON FUNCTION series_private.at_scale(numeric, integer) IS 'Whether number p_x is stored exactly as digits at scale p_scale in a bigint of at most 18 digits. Raises nothing.';
-
-CREATE FUNCTION series_private.scaled_n(p_x numeric, p_scale integer)
+CREATE FUNCTION series_private.scaled_n(p_x numeric, p_t numeric, p_scale integer, p_body_scale integer)
 RETURNS bigint
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE WHEN p_x IS NULL THEN NULL
-                WHEN series_private.at_scale(p_x, p_scale)
-                    THEN (p_x * ('{1,1e1,1e2,1e3,1e4,1e5,1e6,1e7,1e8,1e9,1e10,1e11,1e12,1e13,1e14,1e15,1e16,1e17,1e18}'::numeric[])[p_scale + 1])::bigint
+                WHEN p_scale <= p_body_scale AND abs(p_t) < series_private.pow10(18 - p_body_scale)
+                    THEN (p_t * series_private.pow10(p_body_scale))::bigint
                 ELSE series_private.decimal_n(p_x) END;
 $$;
-COMMENT ON FUNCTION series_private.scaled_n(numeric, integer) IS 'Column n of number p_x stored at the body''s scale p_scale (series_private.at_scale), or at its own (series_private.decimal_n) when it does not fit. NULL for NULL. Raises nothing.';
+COMMENT ON FUNCTION series_private.scaled_n(numeric, numeric, integer, integer) IS 'Column n of number p_x (p_t: trimmed, p_scale: its plain scale) stored at the body''s scale p_body_scale when it fits 18 digits there, else at its own (series_private.decimal_n). NULL for NULL. Raises nothing.';
 
-CREATE FUNCTION series_private.scaled_s(p_x numeric, p_scale integer)
+CREATE FUNCTION series_private.scaled_s(p_x numeric, p_t numeric, p_scale integer, p_body_scale integer)
 RETURNS smallint
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE WHEN p_x IS NULL THEN NULL
-                WHEN series_private.at_scale(p_x, p_scale) THEN p_scale::smallint
+                WHEN p_scale <= p_body_scale AND abs(p_t) < series_private.pow10(18 - p_body_scale) THEN p_body_scale::smallint
                 ELSE series_private.decimal_s(p_x) END;
 $$;
-COMMENT ON FUNCTION series_private.scaled_s(numeric, integer) IS 'Column s of number p_x stored at the body''s scale p_scale, or its own scale when it does not fit (series_private.scaled_n). NULL for NULL. Raises nothing.';
+COMMENT ON FUNCTION series_private.scaled_s(numeric, numeric, integer, integer) IS 'Column s of number p_x stored as series_private.scaled_n stores it: the body''s scale, or its own. NULL for NULL. Raises nothing.';
 
 -- A JSON number, or a string holding one (CSV cells, and Pryv's clients that send numbers as
 -- strings). Unlike Pryv's ^\d+(\.\d+)?$, negative numbers and exponents are read too.
 CREATE FUNCTION series_private.cell_number(p_c jsonb)
 RETURNS numeric
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE jsonb_typeof(p_c)
                WHEN 'number' THEN p_c::numeric
@@ -115,7 +118,7 @@ COMMENT ON FUNCTION series_private.cell_number(jsonb) IS 'The number a cell p_c 
 
 CREATE FUNCTION series_private.cell_n(p_c jsonb, p_kind text)
 RETURNS bigint
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE p_kind
                WHEN 'number' THEN series_private.decimal_n(series_private.cell_number(p_c))
@@ -129,7 +132,7 @@ COMMENT ON FUNCTION series_private.cell_n(jsonb, text) IS 'Column n of cell p_c 
 
 CREATE FUNCTION series_private.cell_s(p_c jsonb, p_kind text)
 RETURNS smallint
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE p_kind
                WHEN 'number' THEN series_private.decimal_s(series_private.cell_number(p_c))
@@ -140,32 +143,32 @@ COMMENT ON FUNCTION series_private.cell_s(jsonb, text) IS 'Column s of cell p_c 
 
 CREATE FUNCTION series_private.cell_t(p_c jsonb, p_kind text)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE WHEN p_kind = 'string' AND jsonb_typeof(p_c) IN ('string', 'number', 'boolean') THEN p_c #>> '{}' END;
 $$;
 COMMENT ON FUNCTION series_private.cell_t(jsonb, text) IS 'Column t of cell p_c of a field of kind p_kind: for a string field, the string (a number or boolean as its JSON text, as Pryv coerces it); NULL otherwise. Raises nothing.';
 
 -- Why a cell cannot be stored: the kind's rule broken, or a null in a required field. NULL: fine.
-CREATE FUNCTION series_private.cell_problem(p_c jsonb, p_kind text, p_required boolean, p_field text)
+-- p_x is the number the cell holds (series_private.cell_number), computed once by the caller.
+CREATE FUNCTION series_private.cell_problem(p_c jsonb, p_x numeric, p_kind text, p_required boolean, p_field text)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE
         WHEN p_kind IS NULL OR p_c IS NULL THEN NULL
-        WHEN jsonb_typeof(p_c) = 'null' THEN CASE WHEN p_required THEN format('field %s is required and may not be null', p_field) END
+        WHEN p_c = 'null' THEN CASE WHEN p_required THEN format('field %s is required and may not be null', p_field) END
         WHEN p_kind = 'string' THEN CASE WHEN jsonb_typeof(p_c) NOT IN ('string', 'number', 'boolean')
                                          THEN format('field %s must be a string, not %s', p_field, left(p_c::text, 40)) END
         WHEN p_kind = 'boolean' THEN CASE WHEN p_c NOT IN ('true', 'false', '"true"', '"false"')
                                           THEN format('field %s must be a boolean, not %s', p_field, left(p_c::text, 40)) END
-        WHEN series_private.cell_number(p_c) IS NULL THEN format('field %s must be a number, not %s', p_field, left(p_c::text, 40))
-        WHEN p_kind = 'integer' AND series_private.cell_n(p_c, 'integer') IS NULL
+        WHEN p_x IS NULL THEN format('field %s must be a number, not %s', p_field, left(p_c::text, 40))
+        WHEN p_kind = 'integer' AND (p_x <> trunc(p_x) OR abs(p_x) > 9223372036854775807)
             THEN format('field %s must be an integer, not %s', p_field, left(p_c::text, 40))
-        WHEN p_kind = 'number' AND series_private.cell_s(p_c, 'number') IS NULL
-            THEN format('field %s is out of range: %s', p_field, left(p_c::text, 40))
+        WHEN abs(p_x) > 1.7976931348623157e308 THEN format('field %s is out of range: %s', p_field, left(p_c::text, 40))
     END;
 $$;
-COMMENT ON FUNCTION series_private.cell_problem(jsonb, text, boolean, text) IS 'Why cell p_c (NULL: the field is not in the point) cannot be the value of field p_field of kind p_kind (number, integer, boolean, string; NULL: no such position), required or not; NULL when it can. Raises nothing.';
+COMMENT ON FUNCTION series_private.cell_problem(jsonb, numeric, text, boolean, text) IS 'Why cell p_c (NULL: the field is not in the point) cannot be the value of field p_field of kind p_kind (number, integer, boolean, string; NULL: no such position), required or not; p_x is the number the cell holds (series_private.cell_number; NULL when none). NULL when it can. Raises nothing.';
 
 CREATE FUNCTION series_private.fail(p_message text)
 RETURNS boolean
@@ -180,7 +183,7 @@ COMMENT ON FUNCTION series_private.fail(text) IS 'Raises SASTR (invalid-request-
 -- Reading: the JSON text of a stored value, exact (a number as the decimal it was given in).
 CREATE FUNCTION series_private.value_json(p_n bigint, p_s smallint, p_t text, p_kind text)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE
         WHEN p_kind = 'string' THEN coalesce(to_json(p_t)::text, 'null')
@@ -195,7 +198,7 @@ COMMENT ON FUNCTION series_private.value_json(bigint, smallint, text, text) IS '
 
 CREATE FUNCTION series_private.value_csv(p_n bigint, p_s smallint, p_t text, p_kind text)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE
         WHEN p_kind = 'string' THEN CASE WHEN p_t IS NULL THEN ''
@@ -210,7 +213,7 @@ COMMENT ON FUNCTION series_private.value_csv(bigint, smallint, text, text) IS 'T
 -- Times: microseconds since the epoch, exact both ways for the range of timestamptz.
 CREATE FUNCTION series_private.us_at(p_us bigint)
 RETURNS timestamptz
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT timestamptz 'epoch' + p_us * interval '1 microsecond';
 $$;
@@ -218,7 +221,7 @@ COMMENT ON FUNCTION series_private.us_at(bigint) IS 'The time p_us microseconds 
 
 CREATE FUNCTION series_private.at_us(p_at timestamptz)
 RETURNS bigint
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT (extract(epoch FROM p_at) * 1000000)::bigint;
 $$;
@@ -226,7 +229,7 @@ COMMENT ON FUNCTION series_private.at_us(timestamptz) IS 'Microseconds since the
 
 CREATE FUNCTION series_private.holder_us(p_time double precision)
 RETURNS bigint
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT round(p_time * 1000000::double precision)::bigint;
 $$;
@@ -234,7 +237,7 @@ COMMENT ON FUNCTION series_private.holder_us(double precision) IS 'A holder even
 
 CREATE FUNCTION series_private.seconds_text(p_us bigint)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT trim_scale((p_us::text || 'e-6')::numeric)::text;
 $$;
