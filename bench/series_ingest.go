@@ -266,15 +266,16 @@ func seriesWorkload(ctx context.Context, bn *bench, rp *report) error {
 	return sb.space(ctx, rp)
 }
 
-// feedSQL is the feed in SQL: series s, point i, a random walk of hundredths from 20.00.
+// feedSQL is the feed in SQL: series s, point i, a random walk of hundredths from 20.00 (steps
+// from a hash of s and i, so every run writes the same feed).
 const feedSQL = `
-	SELECT s.n AS sn, i, 2000 + sum((floor(random() * 5))::bigint - 2) OVER (PARTITION BY s.n ORDER BY i) AS v
+	SELECT s.n AS sn, i, 2000 + sum(abs(hashint8(i * 1000003 + s.n)) % 5 - 2) OVER (PARTITION BY s.n ORDER BY i) AS v
 	FROM generate_series(1, $1::int) s(n), generate_series(0, $2::int - 1) i`
 
 func (sb *seriesBench) read(ctx context.Context, rp *report) error {
 	bn := sb.bn
 	log.Printf("GET series, %d points ...", seriesReadPoints)
-	if _, err := bn.raw.Exec(ctx, `SELECT setseed(0.5); INSERT INTO series.points (series_id, at, n1, s1)
+	if _, err := bn.raw.Exec(ctx, `INSERT INTO series.points (series_id, at, n1, s1)
 		SELECT $3, $4::timestamptz + f.i * interval '1 second', f.v, 2 FROM (`+feedSQL+`) f`,
 		1, seriesReadPoints, sb.series[0], sb.start); err != nil {
 		return err
@@ -334,7 +335,7 @@ func (sb *seriesBench) space(ctx context.Context, rp *report) error {
 		return err
 	}
 	// The feed, kept to compare with what reads back.
-	if _, err := bn.raw.Exec(ctx, `SELECT setseed(0.25); CREATE TABLE bench_feed AS `+feedSQL, seriesSpaceSeries, seriesSpacePoints); err != nil {
+	if _, err := bn.raw.Exec(ctx, `CREATE TABLE bench_feed AS `+feedSQL, seriesSpaceSeries, seriesSpacePoints); err != nil {
 		return err
 	}
 	if _, err := bn.raw.Exec(ctx, `INSERT INTO series.points (series_id, at, n1, s1)

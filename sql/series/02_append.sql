@@ -8,7 +8,8 @@
 -- of a field are stored at one scale per body, the largest any of its numbers needs (20.1 and
 -- 20.15 as 2010 and 2015, scale 2), so a feed's digits change by small steps from point to point,
 -- which is what compression encodes in few bits; a number that does not fit that scale in 18 digits
--- keeps its own. A point
+-- keeps its own. One generic plan per connection for small bodies: planning the statement anew
+-- for each body (a batch has one per series) costs more than a small body's points. A point
 -- that breaks a rule stops the statement as it is met (series_private.fail in the WHERE clause),
 -- so a valid body is read once. Two points of one body at the same time: the later one is written
 -- (DISTINCT ON, last write wins, as against the stored point: ON CONFLICT DO UPDATE). The
@@ -22,6 +23,7 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET enable_nestloop = off
 SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_holder account.events;
@@ -102,6 +104,11 @@ BEGIN
     END IF;
     v_abs := v_tname = 'timestamp';
     v_te := series_private.holder_us(v_holder.time);
+    IF jsonb_array_length(p_data -> 'points') > 2000 THEN
+        -- A large body: a plan for its field kinds (the unused positions folded away) pays for
+        -- its planning. The function's SET restores the generic plan when it returns.
+        PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
+    END IF;
 
     WITH ins AS (
         INSERT INTO series.points AS p (series_id, at, n1, s1, t1, n2, s2, t2, n3, s3, t3, n4, s4, t4,
