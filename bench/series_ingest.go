@@ -45,7 +45,8 @@ const (
 )
 
 func init() {
-	register(workload{order: 80, only: []string{"series"}, run: seriesWorkload})
+	register(workload{order: 80, only: []string{"series", "series-ingest"}, run: seriesWorkload})
+	register(workload{order: 81, only: []string{"series", "series-store"}, run: seriesStoreWorkload})
 }
 
 // seriesReq is one request: its path, body, and the same points as rows for COPY.
@@ -194,27 +195,42 @@ func seriesRate(work [][]seriesReq, send func(seriesReq) error) (float64, error)
 	return float64(done.Load()) / time.Since(start).Seconds(), <-errc
 }
 
-func seriesWorkload(ctx context.Context, bn *bench, rp *report) error {
+// theSeriesBench is the user and holders both series workloads write to, made by the first.
+var theSeriesBench *seriesBench
+
+func seriesSetup(ctx context.Context, bn *bench) (*seriesBench, error) {
+	if theSeriesBench != nil {
+		return theSeriesBench, nil
+	}
 	sb := &seriesBench{bn: bn, user: "benchseries", start: time.Now().Add(-24 * time.Hour).Truncate(time.Second)}
 	var personal string
 	if err := bn.raw.QueryRow(ctx, `SELECT access_id, token FROM api.account_user_create($1)`, sb.user).Scan(&personal, &sb.token); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := bn.raw.Exec(ctx, `SELECT api.account_stream_create($1, '{"id": "sensors", "name": "Sensors"}')`, personal); err != nil {
-		return err
+		return nil, err
 	}
 	for range 100 {
 		var id string
 		var series int64
 		if err := bn.raw.QueryRow(ctx, `SELECT api.account_event_create($1, jsonb_build_object('streamId', 'sensors', 'type', 'series:temperature/c', 'time', $2::float8)) #>> '{event,id}'`,
 			personal, float64(sb.start.Unix())).Scan(&id); err != nil {
-			return err
+			return nil, err
 		}
 		if err := bn.raw.QueryRow(ctx, `SELECT series_id FROM account.events WHERE id = $1`, id).Scan(&series); err != nil {
-			return err
+			return nil, err
 		}
 		sb.holders = append(sb.holders, id)
 		sb.series = append(sb.series, series)
+	}
+	theSeriesBench = sb
+	return sb, nil
+}
+
+func seriesWorkload(ctx context.Context, bn *bench, rp *report) error {
+	sb, err := seriesSetup(ctx, bn)
+	if err != nil {
+		return err
 	}
 	if _, err := bn.raw.Exec(ctx, `CREATE TABLE bench_series_raw (series_id bigint NOT NULL, at timestamptz NOT NULL, n1 bigint, s1 smallint)`); err != nil {
 		return err
@@ -257,7 +273,13 @@ func seriesWorkload(ctx context.Context, bn *bench, rp *report) error {
 			fmt.Sprintf("%s: ratio to COPY %.2f× (target ≥ %.1f×: %s)", fig.name, ratio, seriesRatioTo, verdict(ratio >= seriesRatioTo)),
 			fmt.Sprintf("%s: CPU per point, medians of the runs: Silo %s; COPY %s", fig.name, siloCPU.String(), rawCPU.String()))
 	}
-	if _, err := bn.raw.Exec(ctx, `TRUNCATE series.points, series.pending_updates; DROP TABLE bench_series_raw`); err != nil {
+	_, err = bn.raw.Exec(ctx, `TRUNCATE series.points, series.pending_updates; DROP TABLE bench_series_raw`)
+	return err
+}
+
+func seriesStoreWorkload(ctx context.Context, bn *bench, rp *report) error {
+	sb, err := seriesSetup(ctx, bn)
+	if err != nil {
 		return err
 	}
 	if err := sb.read(ctx, rp); err != nil {
@@ -269,7 +291,7 @@ func seriesWorkload(ctx context.Context, bn *bench, rp *report) error {
 // feedSQL is the feed in SQL: series s, point i, a random walk of hundredths from 20.00 (steps
 // from a hash of s and i, so every run writes the same feed).
 const feedSQL = `
-	SELECT s.n AS sn, i, 2000 + sum(abs(hashint8(i * 1000003 + s.n)) % 5 - 2) OVER (PARTITION BY s.n ORDER BY i) AS v
+	SELECT s.n AS sn, i, 2000 + sum(abs(hashint8(i::bigint * 1000003 + s.n)::bigint) % 5 - 2) OVER (PARTITION BY s.n ORDER BY i) AS v
 	FROM generate_series(1, $1::int) s(n), generate_series(0, $2::int - 1) i`
 
 func (sb *seriesBench) read(ctx context.Context, rp *report) error {
@@ -344,7 +366,10 @@ func (sb *seriesBench) space(ctx context.Context, rp *report) error {
 		return err
 	}
 	if _, err := bn.raw.Exec(ctx, `CREATE TABLE bench_series_plain (LIKE series.points INCLUDING ALL);
-		INSERT INTO bench_series_plain SELECT * FROM series.points; VACUUM ANALYZE bench_series_plain`); err != nil {
+		INSERT INTO bench_series_plain SELECT * FROM series.points`); err != nil {
+		return err
+	}
+	if _, err := bn.raw.Exec(ctx, `VACUUM ANALYZE bench_series_plain`); err != nil {
 		return err
 	}
 	var plain int64
