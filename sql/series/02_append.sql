@@ -264,7 +264,10 @@ BEGIN
         IF jsonb_typeof(v_batch -> 'data') IS DISTINCT FROM 'array' THEN
             RAISE EXCEPTION '"data" field must be a list of series store operations.' USING ERRCODE = 'SASTR';
         END IF;
-        FOR v_op IN SELECT e.op, e.n FROM jsonb_array_elements(v_batch -> 'data') WITH ORDINALITY AS e(op, n) LOOP
+        -- In the order of the events' ids (the operations of one event in batch order), so that two
+        -- batches that write the same series take their locks in one order and never deadlock.
+        FOR v_op IN SELECT e.op, e.n FROM jsonb_array_elements(v_batch -> 'data') WITH ORDINALITY AS e(op, n)
+                    ORDER BY CASE WHEN jsonb_typeof(e.op) = 'object' THEN e.op ->> 'eventId' END NULLS FIRST, e.n LOOP
             IF jsonb_typeof(v_op.op) <> 'object' OR jsonb_typeof(v_op.op -> 'eventId') IS DISTINCT FROM 'string' THEN
                 RAISE EXCEPTION 'data[%]: a series store operation must be an object {"eventId": string, "data": flatJSON}.', v_op.n - 1
                     USING ERRCODE = 'SASTR';
