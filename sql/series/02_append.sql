@@ -111,187 +111,96 @@ BEGIN
         PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
     END IF;
 
-    -- New points, the usual case, go in with a plain INSERT; a body that meets a stored point is
-    -- written again with ON CONFLICT DO UPDATE, whose check before each insert costs about two
-    -- fifths of the write.
-    BEGIN
-        WITH ins AS (
-            INSERT INTO series.points AS p (series_id, at, n1, s1, t1, n2, s2, t2, n3, s3, t3, n4, s4, t4,
-                                            n5, s5, t5, n6, s6, t6, n7, s7, t7, n8, s8, t8)
-            SELECT DISTINCT ON (c.us) v_holder.series_id, series_private.us_at(c.us),
-                   CASE WHEN v_kind[1] = 'number' THEN series_private.scaled_n(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_n(c.c1, v_kind[1]) END,
-                   CASE WHEN v_kind[1] = 'number' THEN series_private.scaled_s(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_s(c.c1, v_kind[1]) END,
-                   series_private.cell_t(c.c1, v_kind[1]),
-                   CASE WHEN v_kind[2] = 'number' THEN series_private.scaled_n(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_n(c.c2, v_kind[2]) END,
-                   CASE WHEN v_kind[2] = 'number' THEN series_private.scaled_s(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_s(c.c2, v_kind[2]) END,
-                   series_private.cell_t(c.c2, v_kind[2]),
-                   CASE WHEN v_kind[3] = 'number' THEN series_private.scaled_n(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_n(c.c3, v_kind[3]) END,
-                   CASE WHEN v_kind[3] = 'number' THEN series_private.scaled_s(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_s(c.c3, v_kind[3]) END,
-                   series_private.cell_t(c.c3, v_kind[3]),
-                   CASE WHEN v_kind[4] = 'number' THEN series_private.scaled_n(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_n(c.c4, v_kind[4]) END,
-                   CASE WHEN v_kind[4] = 'number' THEN series_private.scaled_s(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_s(c.c4, v_kind[4]) END,
-                   series_private.cell_t(c.c4, v_kind[4]),
-                   CASE WHEN v_kind[5] = 'number' THEN series_private.scaled_n(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_n(c.c5, v_kind[5]) END,
-                   CASE WHEN v_kind[5] = 'number' THEN series_private.scaled_s(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_s(c.c5, v_kind[5]) END,
-                   series_private.cell_t(c.c5, v_kind[5]),
-                   CASE WHEN v_kind[6] = 'number' THEN series_private.scaled_n(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_n(c.c6, v_kind[6]) END,
-                   CASE WHEN v_kind[6] = 'number' THEN series_private.scaled_s(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_s(c.c6, v_kind[6]) END,
-                   series_private.cell_t(c.c6, v_kind[6]),
-                   CASE WHEN v_kind[7] = 'number' THEN series_private.scaled_n(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_n(c.c7, v_kind[7]) END,
-                   CASE WHEN v_kind[7] = 'number' THEN series_private.scaled_s(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_s(c.c7, v_kind[7]) END,
-                   series_private.cell_t(c.c7, v_kind[7]),
-                   CASE WHEN v_kind[8] = 'number' THEN series_private.scaled_n(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_n(c.c8, v_kind[8]) END,
-                   CASE WHEN v_kind[8] = 'number' THEN series_private.scaled_s(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_s(c.c8, v_kind[8]) END,
-                   series_private.cell_t(c.c8, v_kind[8])
+    WITH ins AS (
+        INSERT INTO series.points AS p (series_id, at, n1, s1, t1, n2, s2, t2, n3, s3, t3, n4, s4, t4,
+                                        n5, s5, t5, n6, s6, t6, n7, s7, t7, n8, s8, t8)
+        SELECT DISTINCT ON (c.us) v_holder.series_id, series_private.us_at(c.us),
+               CASE WHEN v_kind[1] = 'number' THEN series_private.scaled_n(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_n(c.c1, v_kind[1]) END,
+               CASE WHEN v_kind[1] = 'number' THEN series_private.scaled_s(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_s(c.c1, v_kind[1]) END,
+               series_private.cell_t(c.c1, v_kind[1]),
+               CASE WHEN v_kind[2] = 'number' THEN series_private.scaled_n(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_n(c.c2, v_kind[2]) END,
+               CASE WHEN v_kind[2] = 'number' THEN series_private.scaled_s(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_s(c.c2, v_kind[2]) END,
+               series_private.cell_t(c.c2, v_kind[2]),
+               CASE WHEN v_kind[3] = 'number' THEN series_private.scaled_n(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_n(c.c3, v_kind[3]) END,
+               CASE WHEN v_kind[3] = 'number' THEN series_private.scaled_s(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_s(c.c3, v_kind[3]) END,
+               series_private.cell_t(c.c3, v_kind[3]),
+               CASE WHEN v_kind[4] = 'number' THEN series_private.scaled_n(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_n(c.c4, v_kind[4]) END,
+               CASE WHEN v_kind[4] = 'number' THEN series_private.scaled_s(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_s(c.c4, v_kind[4]) END,
+               series_private.cell_t(c.c4, v_kind[4]),
+               CASE WHEN v_kind[5] = 'number' THEN series_private.scaled_n(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_n(c.c5, v_kind[5]) END,
+               CASE WHEN v_kind[5] = 'number' THEN series_private.scaled_s(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_s(c.c5, v_kind[5]) END,
+               series_private.cell_t(c.c5, v_kind[5]),
+               CASE WHEN v_kind[6] = 'number' THEN series_private.scaled_n(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_n(c.c6, v_kind[6]) END,
+               CASE WHEN v_kind[6] = 'number' THEN series_private.scaled_s(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_s(c.c6, v_kind[6]) END,
+               series_private.cell_t(c.c6, v_kind[6]),
+               CASE WHEN v_kind[7] = 'number' THEN series_private.scaled_n(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_n(c.c7, v_kind[7]) END,
+               CASE WHEN v_kind[7] = 'number' THEN series_private.scaled_s(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_s(c.c7, v_kind[7]) END,
+               series_private.cell_t(c.c7, v_kind[7]),
+               CASE WHEN v_kind[8] = 'number' THEN series_private.scaled_n(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_n(c.c8, v_kind[8]) END,
+               CASE WHEN v_kind[8] = 'number' THEN series_private.scaled_s(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_s(c.c8, v_kind[8]) END,
+               series_private.cell_t(c.c8, v_kind[8])
+        FROM (
+            SELECT w.*, max(w.sc1) OVER () AS m1, max(w.sc2) OVER () AS m2, max(w.sc3) OVER () AS m3, max(w.sc4) OVER () AS m4, max(w.sc5) OVER () AS m5, max(w.sc6) OVER () AS m6, max(w.sc7) OVER () AS m7, max(w.sc8) OVER () AS m8
             FROM (
-                SELECT w.*, max(w.sc1) OVER () AS m1, max(w.sc2) OVER () AS m2, max(w.sc3) OVER () AS m3, max(w.sc4) OVER () AS m4, max(w.sc5) OVER () AS m5, max(w.sc6) OVER () AS m6, max(w.sc7) OVER () AS m7, max(w.sc8) OVER () AS m8
+                SELECT y.*, series_private.plain_scale(y.t1) AS sc1, series_private.plain_scale(y.t2) AS sc2, series_private.plain_scale(y.t3) AS sc3, series_private.plain_scale(y.t4) AS sc4, series_private.plain_scale(y.t5) AS sc5, series_private.plain_scale(y.t6) AS sc6, series_private.plain_scale(y.t7) AS sc7, series_private.plain_scale(y.t8) AS sc8
                 FROM (
-                    SELECT y.*, series_private.plain_scale(y.t1) AS sc1, series_private.plain_scale(y.t2) AS sc2, series_private.plain_scale(y.t3) AS sc3, series_private.plain_scale(y.t4) AS sc4, series_private.plain_scale(y.t5) AS sc5, series_private.plain_scale(y.t6) AS sc6, series_private.plain_scale(y.t7) AS sc7, series_private.plain_scale(y.t8) AS sc8
+                    SELECT x.*, trim_scale(x.x1) AS t1, trim_scale(x.x2) AS t2, trim_scale(x.x3) AS t3, trim_scale(x.x4) AS t4, trim_scale(x.x5) AS t5, trim_scale(x.x6) AS t6, trim_scale(x.x7) AS t7, trim_scale(x.x8) AS t8,
+                           CASE WHEN x.tn IS NULL OR x.tn < 0 OR x.tn >= 100000000000 THEN NULL
+                                WHEN v_abs THEN round(x.tn * 1000000)::bigint
+                                ELSE v_te + round(x.tn * 1000000)::bigint END AS us,
+                           CASE WHEN x.bad IS NOT NULL THEN x.bad
+                                WHEN x.tn IS NULL THEN format('%s must be a number of seconds, not %s', v_tname, left(x.tc::text, 40))
+                                WHEN x.tn < 0 OR x.tn >= 100000000000 OR (v_abs AND round(x.tn * 1000000) < v_te)
+                                    THEN format('%s %s is out of range: a point may not come before its event''s time', v_tname, left(x.tc::text, 40))
+                                ELSE coalesce(
+                                              series_private.cell_problem(x.c1, x.x1, v_kind[1], v_req[1], v_fname[1]),
+                                              series_private.cell_problem(x.c2, x.x2, v_kind[2], v_req[2], v_fname[2]),
+                                              series_private.cell_problem(x.c3, x.x3, v_kind[3], v_req[3], v_fname[3]),
+                                              series_private.cell_problem(x.c4, x.x4, v_kind[4], v_req[4], v_fname[4]),
+                                              series_private.cell_problem(x.c5, x.x5, v_kind[5], v_req[5], v_fname[5]),
+                                              series_private.cell_problem(x.c6, x.x6, v_kind[6], v_req[6], v_fname[6]),
+                                              series_private.cell_problem(x.c7, x.x7, v_kind[7], v_req[7], v_fname[7]),
+                                              series_private.cell_problem(x.c8, x.x8, v_kind[8], v_req[8], v_fname[8]))
+                           END AS problem
                     FROM (
-                        SELECT x.*, trim_scale(x.x1) AS t1, trim_scale(x.x2) AS t2, trim_scale(x.x3) AS t3, trim_scale(x.x4) AS t4, trim_scale(x.x5) AS t5, trim_scale(x.x6) AS t6, trim_scale(x.x7) AS t7, trim_scale(x.x8) AS t8,
-                               CASE WHEN x.tn IS NULL OR x.tn < 0 OR x.tn >= 100000000000 THEN NULL
-                                    WHEN v_abs THEN round(x.tn * 1000000)::bigint
-                                    ELSE v_te + round(x.tn * 1000000)::bigint END AS us,
-                               CASE WHEN x.bad IS NOT NULL THEN x.bad
-                                    WHEN x.tn IS NULL THEN format('%s must be a number of seconds, not %s', v_tname, left(x.tc::text, 40))
-                                    WHEN x.tn < 0 OR x.tn >= 100000000000 OR (v_abs AND round(x.tn * 1000000) < v_te)
-                                        THEN format('%s %s is out of range: a point may not come before its event''s time', v_tname, left(x.tc::text, 40))
-                                    ELSE coalesce(
-                                                  series_private.cell_problem(x.c1, x.x1, v_kind[1], v_req[1], v_fname[1]),
-                                                  series_private.cell_problem(x.c2, x.x2, v_kind[2], v_req[2], v_fname[2]),
-                                                  series_private.cell_problem(x.c3, x.x3, v_kind[3], v_req[3], v_fname[3]),
-                                                  series_private.cell_problem(x.c4, x.x4, v_kind[4], v_req[4], v_fname[4]),
-                                                  series_private.cell_problem(x.c5, x.x5, v_kind[5], v_req[5], v_fname[5]),
-                                                  series_private.cell_problem(x.c6, x.x6, v_kind[6], v_req[6], v_fname[6]),
-                                                  series_private.cell_problem(x.c7, x.x7, v_kind[7], v_req[7], v_fname[7]),
-                                                  series_private.cell_problem(x.c8, x.x8, v_kind[8], v_req[8], v_fname[8]))
-                               END AS problem
+                        SELECT e.*, series_private.cell_number(e.tc) AS tn,
+                               CASE WHEN v_kind[1] IN ('number', 'integer') THEN series_private.cell_number(e.c1) END AS x1,
+                               CASE WHEN v_kind[2] IN ('number', 'integer') THEN series_private.cell_number(e.c2) END AS x2,
+                               CASE WHEN v_kind[3] IN ('number', 'integer') THEN series_private.cell_number(e.c3) END AS x3,
+                               CASE WHEN v_kind[4] IN ('number', 'integer') THEN series_private.cell_number(e.c4) END AS x4,
+                               CASE WHEN v_kind[5] IN ('number', 'integer') THEN series_private.cell_number(e.c5) END AS x5,
+                               CASE WHEN v_kind[6] IN ('number', 'integer') THEN series_private.cell_number(e.c6) END AS x6,
+                               CASE WHEN v_kind[7] IN ('number', 'integer') THEN series_private.cell_number(e.c7) END AS x7,
+                               CASE WHEN v_kind[8] IN ('number', 'integer') THEN series_private.cell_number(e.c8) END AS x8
                         FROM (
-                            SELECT e.*, series_private.cell_number(e.tc) AS tn,
-                                   CASE WHEN v_kind[1] IN ('number', 'integer') THEN series_private.cell_number(e.c1) END AS x1,
-                                   CASE WHEN v_kind[2] IN ('number', 'integer') THEN series_private.cell_number(e.c2) END AS x2,
-                                   CASE WHEN v_kind[3] IN ('number', 'integer') THEN series_private.cell_number(e.c3) END AS x3,
-                                   CASE WHEN v_kind[4] IN ('number', 'integer') THEN series_private.cell_number(e.c4) END AS x4,
-                                   CASE WHEN v_kind[5] IN ('number', 'integer') THEN series_private.cell_number(e.c5) END AS x5,
-                                   CASE WHEN v_kind[6] IN ('number', 'integer') THEN series_private.cell_number(e.c6) END AS x6,
-                                   CASE WHEN v_kind[7] IN ('number', 'integer') THEN series_private.cell_number(e.c7) END AS x7,
-                                   CASE WHEN v_kind[8] IN ('number', 'integer') THEN series_private.cell_number(e.c8) END AS x8
-                            FROM (
-                                SELECT r.ord, r.row -> v_ti AS tc,
-                                       r.row -> v_idx[1] AS c1, r.row -> v_idx[2] AS c2, r.row -> v_idx[3] AS c3, r.row -> v_idx[4] AS c4,
-                                       r.row -> v_idx[5] AS c5, r.row -> v_idx[6] AS c6, r.row -> v_idx[7] AS c7, r.row -> v_idx[8] AS c8,
-                                       CASE WHEN jsonb_typeof(r.row) <> 'array' THEN format('a point must be an array, not %s', jsonb_typeof(r.row))
-                                            WHEN jsonb_array_length(r.row) <> v_nf
-                                                THEN format('a point must have %s values (one per field), not %s', v_nf, jsonb_array_length(r.row))
-                                       END AS bad
-                                FROM jsonb_array_elements(p_data -> 'points') WITH ORDINALITY AS r(row, ord)
-                                OFFSET 0
-                            ) e
+                            SELECT r.ord, r.row -> v_ti AS tc,
+                                   r.row -> v_idx[1] AS c1, r.row -> v_idx[2] AS c2, r.row -> v_idx[3] AS c3, r.row -> v_idx[4] AS c4,
+                                   r.row -> v_idx[5] AS c5, r.row -> v_idx[6] AS c6, r.row -> v_idx[7] AS c7, r.row -> v_idx[8] AS c8,
+                                   CASE WHEN jsonb_typeof(r.row) <> 'array' THEN format('a point must be an array, not %s', jsonb_typeof(r.row))
+                                        WHEN jsonb_array_length(r.row) <> v_nf
+                                            THEN format('a point must have %s values (one per field), not %s', v_nf, jsonb_array_length(r.row))
+                                   END AS bad
+                            FROM jsonb_array_elements(p_data -> 'points') WITH ORDINALITY AS r(row, ord)
                             OFFSET 0
-                        ) x
+                        ) e
                         OFFSET 0
-                    ) y
-                    WHERE CASE WHEN y.problem IS NULL THEN true
-                               ELSE series_private.fail(format('%s%s: point %s: %s', p_where, v_struct, y.ord, y.problem)) END
+                    ) x
                     OFFSET 0
-                ) w
-            ) c
-            ORDER BY c.us, c.ord DESC
-            RETURNING p.at
-        )
-        SELECT min(ins.at), max(ins.at) INTO v_min, v_max FROM ins;
-    EXCEPTION WHEN unique_violation THEN
-        WITH ins AS (
-            INSERT INTO series.points AS p (series_id, at, n1, s1, t1, n2, s2, t2, n3, s3, t3, n4, s4, t4,
-                                            n5, s5, t5, n6, s6, t6, n7, s7, t7, n8, s8, t8)
-            SELECT DISTINCT ON (c.us) v_holder.series_id, series_private.us_at(c.us),
-                   CASE WHEN v_kind[1] = 'number' THEN series_private.scaled_n(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_n(c.c1, v_kind[1]) END,
-                   CASE WHEN v_kind[1] = 'number' THEN series_private.scaled_s(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_s(c.c1, v_kind[1]) END,
-                   series_private.cell_t(c.c1, v_kind[1]),
-                   CASE WHEN v_kind[2] = 'number' THEN series_private.scaled_n(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_n(c.c2, v_kind[2]) END,
-                   CASE WHEN v_kind[2] = 'number' THEN series_private.scaled_s(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_s(c.c2, v_kind[2]) END,
-                   series_private.cell_t(c.c2, v_kind[2]),
-                   CASE WHEN v_kind[3] = 'number' THEN series_private.scaled_n(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_n(c.c3, v_kind[3]) END,
-                   CASE WHEN v_kind[3] = 'number' THEN series_private.scaled_s(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_s(c.c3, v_kind[3]) END,
-                   series_private.cell_t(c.c3, v_kind[3]),
-                   CASE WHEN v_kind[4] = 'number' THEN series_private.scaled_n(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_n(c.c4, v_kind[4]) END,
-                   CASE WHEN v_kind[4] = 'number' THEN series_private.scaled_s(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_s(c.c4, v_kind[4]) END,
-                   series_private.cell_t(c.c4, v_kind[4]),
-                   CASE WHEN v_kind[5] = 'number' THEN series_private.scaled_n(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_n(c.c5, v_kind[5]) END,
-                   CASE WHEN v_kind[5] = 'number' THEN series_private.scaled_s(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_s(c.c5, v_kind[5]) END,
-                   series_private.cell_t(c.c5, v_kind[5]),
-                   CASE WHEN v_kind[6] = 'number' THEN series_private.scaled_n(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_n(c.c6, v_kind[6]) END,
-                   CASE WHEN v_kind[6] = 'number' THEN series_private.scaled_s(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_s(c.c6, v_kind[6]) END,
-                   series_private.cell_t(c.c6, v_kind[6]),
-                   CASE WHEN v_kind[7] = 'number' THEN series_private.scaled_n(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_n(c.c7, v_kind[7]) END,
-                   CASE WHEN v_kind[7] = 'number' THEN series_private.scaled_s(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_s(c.c7, v_kind[7]) END,
-                   series_private.cell_t(c.c7, v_kind[7]),
-                   CASE WHEN v_kind[8] = 'number' THEN series_private.scaled_n(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_n(c.c8, v_kind[8]) END,
-                   CASE WHEN v_kind[8] = 'number' THEN series_private.scaled_s(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_s(c.c8, v_kind[8]) END,
-                   series_private.cell_t(c.c8, v_kind[8])
-            FROM (
-                SELECT w.*, max(w.sc1) OVER () AS m1, max(w.sc2) OVER () AS m2, max(w.sc3) OVER () AS m3, max(w.sc4) OVER () AS m4, max(w.sc5) OVER () AS m5, max(w.sc6) OVER () AS m6, max(w.sc7) OVER () AS m7, max(w.sc8) OVER () AS m8
-                FROM (
-                    SELECT y.*, series_private.plain_scale(y.t1) AS sc1, series_private.plain_scale(y.t2) AS sc2, series_private.plain_scale(y.t3) AS sc3, series_private.plain_scale(y.t4) AS sc4, series_private.plain_scale(y.t5) AS sc5, series_private.plain_scale(y.t6) AS sc6, series_private.plain_scale(y.t7) AS sc7, series_private.plain_scale(y.t8) AS sc8
-                    FROM (
-                        SELECT x.*, trim_scale(x.x1) AS t1, trim_scale(x.x2) AS t2, trim_scale(x.x3) AS t3, trim_scale(x.x4) AS t4, trim_scale(x.x5) AS t5, trim_scale(x.x6) AS t6, trim_scale(x.x7) AS t7, trim_scale(x.x8) AS t8,
-                               CASE WHEN x.tn IS NULL OR x.tn < 0 OR x.tn >= 100000000000 THEN NULL
-                                    WHEN v_abs THEN round(x.tn * 1000000)::bigint
-                                    ELSE v_te + round(x.tn * 1000000)::bigint END AS us,
-                               CASE WHEN x.bad IS NOT NULL THEN x.bad
-                                    WHEN x.tn IS NULL THEN format('%s must be a number of seconds, not %s', v_tname, left(x.tc::text, 40))
-                                    WHEN x.tn < 0 OR x.tn >= 100000000000 OR (v_abs AND round(x.tn * 1000000) < v_te)
-                                        THEN format('%s %s is out of range: a point may not come before its event''s time', v_tname, left(x.tc::text, 40))
-                                    ELSE coalesce(
-                                                  series_private.cell_problem(x.c1, x.x1, v_kind[1], v_req[1], v_fname[1]),
-                                                  series_private.cell_problem(x.c2, x.x2, v_kind[2], v_req[2], v_fname[2]),
-                                                  series_private.cell_problem(x.c3, x.x3, v_kind[3], v_req[3], v_fname[3]),
-                                                  series_private.cell_problem(x.c4, x.x4, v_kind[4], v_req[4], v_fname[4]),
-                                                  series_private.cell_problem(x.c5, x.x5, v_kind[5], v_req[5], v_fname[5]),
-                                                  series_private.cell_problem(x.c6, x.x6, v_kind[6], v_req[6], v_fname[6]),
-                                                  series_private.cell_problem(x.c7, x.x7, v_kind[7], v_req[7], v_fname[7]),
-                                                  series_private.cell_problem(x.c8, x.x8, v_kind[8], v_req[8], v_fname[8]))
-                               END AS problem
-                        FROM (
-                            SELECT e.*, series_private.cell_number(e.tc) AS tn,
-                                   CASE WHEN v_kind[1] IN ('number', 'integer') THEN series_private.cell_number(e.c1) END AS x1,
-                                   CASE WHEN v_kind[2] IN ('number', 'integer') THEN series_private.cell_number(e.c2) END AS x2,
-                                   CASE WHEN v_kind[3] IN ('number', 'integer') THEN series_private.cell_number(e.c3) END AS x3,
-                                   CASE WHEN v_kind[4] IN ('number', 'integer') THEN series_private.cell_number(e.c4) END AS x4,
-                                   CASE WHEN v_kind[5] IN ('number', 'integer') THEN series_private.cell_number(e.c5) END AS x5,
-                                   CASE WHEN v_kind[6] IN ('number', 'integer') THEN series_private.cell_number(e.c6) END AS x6,
-                                   CASE WHEN v_kind[7] IN ('number', 'integer') THEN series_private.cell_number(e.c7) END AS x7,
-                                   CASE WHEN v_kind[8] IN ('number', 'integer') THEN series_private.cell_number(e.c8) END AS x8
-                            FROM (
-                                SELECT r.ord, r.row -> v_ti AS tc,
-                                       r.row -> v_idx[1] AS c1, r.row -> v_idx[2] AS c2, r.row -> v_idx[3] AS c3, r.row -> v_idx[4] AS c4,
-                                       r.row -> v_idx[5] AS c5, r.row -> v_idx[6] AS c6, r.row -> v_idx[7] AS c7, r.row -> v_idx[8] AS c8,
-                                       CASE WHEN jsonb_typeof(r.row) <> 'array' THEN format('a point must be an array, not %s', jsonb_typeof(r.row))
-                                            WHEN jsonb_array_length(r.row) <> v_nf
-                                                THEN format('a point must have %s values (one per field), not %s', v_nf, jsonb_array_length(r.row))
-                                       END AS bad
-                                FROM jsonb_array_elements(p_data -> 'points') WITH ORDINALITY AS r(row, ord)
-                                OFFSET 0
-                            ) e
-                            OFFSET 0
-                        ) x
-                        OFFSET 0
-                    ) y
-                    WHERE CASE WHEN y.problem IS NULL THEN true
-                               ELSE series_private.fail(format('%s%s: point %s: %s', p_where, v_struct, y.ord, y.problem)) END
-                    OFFSET 0
-                ) w
-            ) c
-            ORDER BY c.us, c.ord DESC
-            ON CONFLICT ON CONSTRAINT points_pkey DO UPDATE
-            SET n1 = excluded.n1, s1 = excluded.s1, t1 = excluded.t1, n2 = excluded.n2, s2 = excluded.s2, t2 = excluded.t2,
-                n3 = excluded.n3, s3 = excluded.s3, t3 = excluded.t3, n4 = excluded.n4, s4 = excluded.s4, t4 = excluded.t4,
-                n5 = excluded.n5, s5 = excluded.s5, t5 = excluded.t5, n6 = excluded.n6, s6 = excluded.s6, t6 = excluded.t6,
-                n7 = excluded.n7, s7 = excluded.s7, t7 = excluded.t7, n8 = excluded.n8, s8 = excluded.s8, t8 = excluded.t8
-            RETURNING p.at
-        )
-        SELECT min(ins.at), max(ins.at) INTO v_min, v_max FROM ins;
-    END;
+                ) y
+                WHERE CASE WHEN y.problem IS NULL THEN true
+                           ELSE series_private.fail(format('%s%s: point %s: %s', p_where, v_struct, y.ord, y.problem)) END
+                OFFSET 0
+            ) w
+        ) c
+        ORDER BY c.us, c.ord DESC
+        ON CONFLICT ON CONSTRAINT points_pkey DO UPDATE
+        SET n1 = excluded.n1, s1 = excluded.s1, t1 = excluded.t1, n2 = excluded.n2, s2 = excluded.s2, t2 = excluded.t2,
+            n3 = excluded.n3, s3 = excluded.s3, t3 = excluded.t3, n4 = excluded.n4, s4 = excluded.s4, t4 = excluded.t4,
+            n5 = excluded.n5, s5 = excluded.s5, t5 = excluded.t5, n6 = excluded.n6, s6 = excluded.s6, t6 = excluded.t6,
+            n7 = excluded.n7, s7 = excluded.s7, t7 = excluded.t7, n8 = excluded.n8, s8 = excluded.s8, t8 = excluded.t8
+        RETURNING p.at
+    )
+    SELECT min(ins.at), max(ins.at) INTO v_min, v_max FROM ins;
 
     INSERT INTO series.pending_updates AS u (series_id, user_id, event_id, author, updated, data_min, data_max, deadline, flush_idle)
     VALUES (v_holder.series_id, v_holder.user_id, v_holder.id, p_by.id, account_private.now_s(), v_min, v_max,
