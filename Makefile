@@ -172,6 +172,8 @@ fuzz: deps build
 	$(GO) test ./server -run '^$$' -fuzz FuzzAccountEventsQuery -fuzztime $(FUZZTIME)
 	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzEventIngest -fuzztime $(FUZZTIME)
 	./$(SILO) tempdb -- $(GO) test ./server -run '^$$' -fuzz FuzzEventBody -fuzztime $(FUZZTIME)
+	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzSeriesAppend -fuzztime $(FUZZTIME)
+	$(GO) test ./server -run '^$$' -fuzz FuzzSeriesCSV -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin

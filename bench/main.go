@@ -24,9 +24,14 @@
 //	                    websocket clients
 //	event_ingest.go     7. POST /events, NDJSON, 1,000 events per request, without and with a
 //	                    consumer, next to COPY of the same rows (SILO_BENCH_ONLY=events)
-//	purge_ods.go        8. the ODS purge: STANDARD batches alone and while ingestion runs at 1,000
+//	belt_process.go     8. belts end to end: POST /events through a SQL and a Python belt writing 3
+//	                    grains per event, next to api.profile_apply_batch (SILO_BENCH_ONLY=belts)
+//	purge_ods.go        9. the ODS purge: STANDARD batches alone and while ingestion runs at 1,000
 //	                    units of work/s, and TTL expiry by partition drop, next to plain DELETEs
 //	                    (SILO_BENCH_ONLY=purge; purge-alone, purge-ingest, purge-ttl one figure each)
+//	series_ingest.go    10. high-frequency series: flatJSON and seriesBatch ingest next to COPY, a
+//	                     1,000,000-point read next to COPY TO, bytes per point compressed and not
+//	                     (SILO_BENCH_ONLY=series; series-ingest or series-store for a part)
 //
 // A workload file registers its workload in an init function with register: its position in the
 // run and the SILO_BENCH_ONLY values that select it. SILO_BENCH_ONLY=apply runs workload 1 alone;

@@ -864,6 +864,104 @@ type PurgeRetentionTarget struct {
 	LastError *string `json:"lastError"`
 }
 
+// Debounce of the data-change notifications of each user (at most one per series.notify_interval per user, the seed's filter): when the user's last notification is older than the interval an append publishes at once; otherwise it adds its event id to pending, which api.series_metadata_flush publishes once the interval has passed.
+type SeriesNotifyThrottle struct {
+	// The user (account.users.id).
+	UserID int64 `json:"userId"`
+	// When the user's last series notification was published.
+	Published time.Time `json:"published"`
+	// Ids of events whose data changed since then, not yet notified.
+	Pending []string `json:"pending"`
+}
+
+// Metadata updates of series holders waiting to be written (seed 001, "Metadata Update"): one row per series with data appended since its last flush, merged at every append (latest author, latest time, union of the data extent, earliest deadline, latest flushIdle) and flushed to account.events (duration, modified, modifiedBy) once least(deadline, flush_idle) has passed (api.series_metadata_flush, run by silo work). Kept in PostgreSQL, not in a process: a restart loses none and every server process shares them.
+type SeriesPendingUpdate struct {
+	// The series (account.events.series_id).
+	SeriesID int64 `json:"seriesId"`
+	// The holder's user (account.users.id).
+	UserID int64 `json:"userId"`
+	// The holder event's id.
+	EventID string `json:"eventId"`
+	// The access id of the latest append (becomes modifiedBy; never a token).
+	Author string `json:"author"`
+	// When the latest append happened, seconds since the epoch (becomes modified).
+	Updated float64 `json:"updated"`
+	// The earliest point time appended since the last flush.
+	DataMin time.Time `json:"dataMin"`
+	// The latest point time appended since the last flush (the holder's duration grows to reach it).
+	DataMax time.Time `json:"dataMax"`
+	// First append plus the series.stale_limit setting: flushed by then whatever comes in between (earliest wins).
+	Deadline time.Time `json:"deadline"`
+	// Latest append plus the series.cooldown setting: flushed then when no append comes in between (latest wins).
+	FlushIdle time.Time `json:"flushIdle"`
+}
+
+// The points of every series: one row per series and time (a second write at the same time replaces the point: last write wins). Field p of the series type (account.series_type_fields.position) is in n<p>, s<p> and t<p>. Time-partitioned (partition domain): a compressed hypertable on TimescaleDB (segmented by series_id, ordered by at), native partitions otherwise. Read it through api.series_get / api.series_read, which decode the columns.
+type SeriesPoint struct {
+	// The series (account.events.series_id of its holder; never reused, so a deleted holder's points are never read by a new one).
+	SeriesID int64 `json:"seriesId"`
+	// The point's time, to the microsecond: the timestamp given, or the holder's time plus the deltaTime given.
+	At time.Time `json:"at"`
+	// Field 1: the digits of a number (value = n1 / 10^s1), an integer, or a boolean as 0 or 1; NULL when the field is a string or absent.
+	N1 *int64 `json:"n1"`
+	// Field 1: the decimal scale of a number (digits after the point; negative for trailing zeros), 0 for an integer; NULL for a boolean, a string or an absent field.
+	S1 *int16 `json:"s1"`
+	// Field 1: a string value; NULL otherwise.
+	T1 *string `json:"t1"`
+	// Field 2, as n1.
+	N2 *int64 `json:"n2"`
+	// Field 2, as s1.
+	S2 *int16 `json:"s2"`
+	// Field 2, as t1.
+	T2 *string `json:"t2"`
+	// Field 3, as n1.
+	N3 *int64 `json:"n3"`
+	// Field 3, as s1.
+	S3 *int16 `json:"s3"`
+	// Field 3, as t1.
+	T3 *string `json:"t3"`
+	// Field 4, as n1.
+	N4 *int64 `json:"n4"`
+	// Field 4, as s1.
+	S4 *int16 `json:"s4"`
+	// Field 4, as t1.
+	T4 *string `json:"t4"`
+	// Field 5, as n1.
+	N5 *int64 `json:"n5"`
+	// Field 5, as s1.
+	S5 *int16 `json:"s5"`
+	// Field 5, as t1.
+	T5 *string `json:"t5"`
+	// Field 6, as n1.
+	N6 *int64 `json:"n6"`
+	// Field 6, as s1.
+	S6 *int16 `json:"s6"`
+	// Field 6, as t1.
+	T6 *string `json:"t6"`
+	// Field 7, as n1.
+	N7 *int64 `json:"n7"`
+	// Field 7, as s1.
+	S7 *int16 `json:"s7"`
+	// Field 7, as t1.
+	T7 *string `json:"t7"`
+	// Field 8, as n1.
+	N8 *int64 `json:"n8"`
+	// Field 8, as s1.
+	S8 *int16 `json:"s8"`
+	// Field 8, as t1.
+	T8 *string `json:"t8"`
+}
+
+// How long points are kept, per user (series_id 0: every series of the user) or per series (its own row wins over the user's). Without a row, the series.retention setting (empty: forever). Applied by api.series_retain (silo work): whole chunks or partitions go when every point in them is past its retention, rows of shorter-lived series are deleted from the chunks that stay.
+type SeriesRetention struct {
+	// The user (account.users.id).
+	UserID int64 `json:"userId"`
+	// The series (account.events.series_id), or 0 for the user's default.
+	SeriesID int64 `json:"seriesId"`
+	// Points older than now minus keep are removed.
+	Keep pgtype.Interval `json:"keep"`
+}
+
 // One row: the SHA-256 of the sql/ files that schema api was last built from, so `silo migrate` rebuilds api only when that code changed.
 type SiloAPICode struct {
 	ID        bool      `json:"id"`

@@ -37,6 +37,7 @@ type writeRequest struct {
 	body    []byte // the request's body: a JSON object or array, checked by readBody
 	field   string // the body's name in the request object (updates)
 	tokenID *int64 // the caller's token: scopes its idempotency keys
+	scope   string // the keys' scope when the caller is no token (account:<access id>); "" for none
 	key     *string
 }
 
@@ -49,6 +50,11 @@ func (r writeRequest) appendJSON(b []byte) []byte {
 	if r.tokenID != nil {
 		b = append(b, `,"token_id":`...)
 		b = strconv.AppendInt(b, *r.tokenID, 10)
+	}
+	if r.scope != "" {
+		sc, _ := json.Marshal(r.scope) // a string always marshals
+		b = append(b, `,"scope":`...)
+		b = append(b, sc...)
 	}
 	if r.key != nil {
 		k, _ := json.Marshal(*r.key) // a string always marshals

@@ -32,6 +32,9 @@ func New(cfg Config) http.Handler {
 	s.enqueueJoin = newJoiner(func(ctx context.Context, priority string, requests []byte) ([]db.ProfileEnqueueRequestsRow, error) {
 		return s.q.ProfileEnqueueRequests(ctx, db.ProfileEnqueueRequestsParams{Requests: requests, Priority: priority})
 	}, func(r db.ProfileEnqueueRequestsRow) int32 { return r.Request })
+	s.seriesJoin = newJoiner(func(ctx context.Context, _ struct{}, requests []byte) ([]db.SeriesAppendRequestsRow, error) {
+		return s.q.SeriesAppendRequests(ctx, requests)
+	}, func(r db.SeriesAppendRequestsRow) int32 { return r.Request })
 
 	rt := newRouter(s.instrument)
 	route := func(pattern string, h http.HandlerFunc) {
@@ -75,6 +78,10 @@ func New(cfg Config) http.Handler {
 	account("PUT /{username}/events/{id}", s.accountEventUpdate)
 	account("DELETE /{username}/events/{id}", s.accountEventDelete)
 	account("GET /{username}/ws", s.accountWS)
+	account("POST /{username}/events/{id}/series", s.seriesAppend)
+	account("GET /{username}/events/{id}/series", s.seriesGet)
+	account("DELETE /{username}/events/{id}/series", s.seriesDelete)
+	account("POST /{username}/series/batch", s.seriesBatch)
 
 	return rt
 }

@@ -38,5 +38,6 @@ type server struct {
 	identities  identityCache
 	applyJoin   *joiner[[]string, db.ProfileApplyRequestsRow] // POST /profile-updates, by readers
 	enqueueJoin *joiner[string, db.ProfileEnqueueRequestsRow] // its async mode, by priority
+	seriesJoin  *joiner[struct{}, db.SeriesAppendRequestsRow] // the series write routes
 	hub         *change.Hub
 }

@@ -55,6 +55,12 @@ type Config struct {
 	// PurgeTick is how often the ODS purge job is scheduled (0: DefaultPurgeTick; negative: never).
 	// Whether it purges, how and how often is purge.config's (enabled, mode, frequency).
 	PurgeTick time.Duration
+	// SeriesFlushInterval is how often the series metadata updater flushes due updates and held
+	// back notifications (0: DefaultSeriesFlushInterval; negative: never).
+	SeriesFlushInterval time.Duration
+	// SeriesMaintenanceInterval is how often deleted series are removed and series retention
+	// applied (0: DefaultSeriesMaintenanceInterval; negative: never).
+	SeriesMaintenanceInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -75,6 +81,12 @@ func (c *Config) defaults() {
 	}
 	if c.PartitionMaintenanceInterval == 0 {
 		c.PartitionMaintenanceInterval = DefaultPartitionMaintenanceInterval
+	}
+	if c.SeriesFlushInterval == 0 {
+		c.SeriesFlushInterval = DefaultSeriesFlushInterval
+	}
+	if c.SeriesMaintenanceInterval == 0 {
+		c.SeriesMaintenanceInterval = DefaultSeriesMaintenanceInterval
 	}
 	if c.PurgeTick == 0 {
 		c.PurgeTick = DefaultPurgeTick
@@ -112,6 +124,8 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 	river.AddWorker(workers, &legacyTrimWorker[IdempotencyTrimArgs]{queries: db.New(pool), target: "idempotency"})
 	river.AddWorker(workers, &PartitionMaintenanceWorker{queries: db.New(pool), logger: cfg.Logger})
 	river.AddWorker(workers, &PurgeWorker{queries: db.New(pool), logger: cfg.Logger, tick: purgeTick(cfg.PurgeTick)})
+	river.AddWorker(workers, &SeriesMetadataWorker{queries: db.New(pool), logger: cfg.Logger})
+	river.AddWorker(workers, &SeriesMaintenanceWorker{queries: db.New(pool), logger: cfg.Logger})
 
 	var periodic []*river.PeriodicJob
 	if cfg.DeadLetterRetention > 0 {
@@ -147,6 +161,20 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 			river.PeriodicInterval(cfg.PurgeTick),
 			func() (river.JobArgs, *river.InsertOpts) { return PurgeArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "purge"},
+		))
+	}
+	if cfg.SeriesFlushInterval > 0 {
+		periodic = append(periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(cfg.SeriesFlushInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return SeriesMetadataArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true, ID: "series_metadata"},
+		))
+	}
+	if cfg.SeriesMaintenanceInterval > 0 {
+		periodic = append(periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(cfg.SeriesMaintenanceInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return SeriesMaintenanceArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true, ID: "series_maintenance"},
 		))
 	}
 	return &river.Config{

@@ -77,7 +77,8 @@ BEGIN
     END IF;
     SELECT array_agg(ROW(x.n, CASE WHEN x.problem IS NULL THEN x.r -> p_body END,
                          CASE WHEN x.problem IS NULL AND x.key IS NOT NULL
-                              THEN idempotency_private.scope((x.r ->> 'token_id')::bigint) END,
+                              THEN CASE WHEN jsonb_typeof(x.r -> 'scope') = 'string' THEN x.r ->> 'scope'
+                                        ELSE idempotency_private.scope((x.r ->> 'token_id')::bigint) END END,
                          CASE WHEN x.problem IS NULL THEN x.key END,
                          CASE WHEN x.problem IS NULL AND x.key IS NOT NULL
                               THEN sha256(convert_to(p_request || E'\n' || (x.r -> p_body)::text, 'UTF8')) END,
@@ -149,7 +150,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION idempotency_private.claim_requests(jsonb, text, text, text[]) IS
-    'Checks the requests of one write call and claims their idempotency keys in the caller''s transaction. p_requests: a JSON array of request objects {p_body: the part to apply, token_id: the caller''s token id (optional; its keys'' scope, else the session''s role), idempotency_key: optional, 1 to 255 printable ASCII characters}; p_request: what is asked besides the body (route and parameters); p_body: the name of the body''s field; p_shapes: the JSON types it may have. Returns one idempotency_private.claimed per request, in order (outcome fresh, new, replay, repeat or refused). A request is refused with SLINV when it is no object, its body is missing or of another type, or token_id is no integer; with SLIDK when its key is invalid; with SLIDM when its key was used within the window (silo.settings idempotency.window) for another request or body, or by an earlier request of the call with another body. Holds a transaction advisory lock per key (class 1769235817, hashtext of scope and key) to the end of the transaction, and waits for another transaction that holds it. Raises SLINV when p_requests is not a JSON array, or the window setting is invalid.';
+    'Checks the requests of one write call and claims their idempotency keys in the caller''s transaction. p_requests: a JSON array of request objects {p_body: the part to apply, token_id: the caller''s token id (optional; its keys'' scope, else the session''s role), scope: optional string, the keys'' scope when the caller is no token (account:<access id> for an access of the account routes), idempotency_key: optional, 1 to 255 printable ASCII characters}; p_request: what is asked besides the body (route and parameters); p_body: the name of the body''s field; p_shapes: the JSON types it may have. Returns one idempotency_private.claimed per request, in order (outcome fresh, new, replay, repeat or refused). A request is refused with SLINV when it is no object, its body is missing or of another type, or token_id is no integer; with SLIDK when its key is invalid; with SLIDM when its key was used within the window (silo.settings idempotency.window) for another request or body, or by an earlier request of the call with another body. Holds a transaction advisory lock per key (class 1769235817, hashtext of scope and key) to the end of the transaction, and waits for another transaction that holds it. Raises SLINV when p_requests is not a JSON array, or the window setting is invalid.';
 
 -- The usual call carries no key at all: it needs no claims, no locks and no answers, only the
 -- check that claim_requests would make of every request's shape. Callers take their fast path

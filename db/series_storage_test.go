@@ -1,0 +1,137 @@
+package db_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/silo-db/silo/db"
+	"github.com/silo-db/silo/db/dbtest"
+)
+
+// The series storage on both backends: a compressed hypertable (TimescaleDB) and native
+// partitions (pg_partman), run as db/partition_test.go runs the partition domain.
+func TestSeriesStorageBackends(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	installed := timescaleDBInstalled(t)
+	shared := dbtest.Pool(t)
+	native := shared
+	if installed {
+		other := startOtherCluster(t, "")
+		require.NoError(t, dbtest.CreateTemplate(ctx, other.cluster.URL("postgres"), "series_native"))
+		native = other.open("series_native")
+	}
+	t.Run("native", func(t *testing.T) { testSeriesStorage(t, native, "native") })
+	t.Run("timescaledb", func(t *testing.T) {
+		if !installed {
+			t.Skip(skipNoTimescaleDB)
+		}
+		testSeriesStorage(t, shared, "timescaledb")
+	})
+}
+
+func testSeriesStorage(t *testing.T, pool *pgxpool.Pool, want string) {
+	ctx := context.Background()
+	q := db.New(pool)
+	var backend string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT backend FROM partition.tables WHERE relation = 'series.points'::regclass`).Scan(&backend))
+	require.Equal(t, want, backend)
+
+	user, err := q.AccountUserCreate(ctx, db.AccountUserCreateParams{Username: "store", AccessName: "silo"})
+	require.NoError(t, err)
+	_, err = q.AccountStreamCreate(ctx, db.AccountStreamCreateParams{AccessID: user.AccessID, Stream: json.RawMessage(`{"id": "s", "name": "S"}`)})
+	require.NoError(t, err)
+	start := time.Now().Add(-10 * 24 * time.Hour).Truncate(time.Hour)
+	holder := func() string {
+		out, err := q.AccountEventCreate(ctx, db.AccountEventCreateParams{AccessID: user.AccessID,
+			Event: json.RawMessage(fmt.Sprintf(`{"streamId": "s", "type": "series:mass/kg", "time": %d}`, start.Unix()))})
+		require.NoError(t, err)
+		var e struct{ Event struct{ ID string } }
+		require.NoError(t, json.Unmarshal(out, &e))
+		return e.Event.ID
+	}
+	a, b := holder(), holder()
+	// One point an hour for ten days in each series: a drifting 2-decimal reading.
+	var pts strings.Builder
+	for i := 0; i < 240; i++ {
+		if i > 0 {
+			pts.WriteByte(',')
+		}
+		fmt.Fprintf(&pts, "[%d, %d.%02d]", i*3600, 60+i/10, i%100)
+	}
+	body := json.RawMessage(`{"format": "flatJSON", "fields": ["deltaTime", "value"], "points": [` + pts.String() + `]}`)
+	for _, id := range []string{a, b} {
+		_, err = q.SeriesAppend(ctx, db.SeriesAppendParams{AccessID: user.AccessID, EventID: id, Data: body})
+		require.NoError(t, err)
+	}
+	read := func(id string) [][]float64 {
+		out, err := q.SeriesGet(ctx, db.SeriesGetParams{AccessID: user.AccessID, EventID: id, Relative: true, TimeField: "deltaTime"})
+		require.NoError(t, err)
+		var v struct{ Points [][]float64 }
+		require.NoError(t, json.Unmarshal(out, &v))
+		return v.Points
+	}
+	var wantPoints [][]float64
+	require.NoError(t, json.Unmarshal([]byte("["+pts.String()+"]"), &wantPoints))
+	require.Equal(t, wantPoints, read(a))
+
+	if want == "timescaledb" {
+		// Compressed, every value reads back as written; writes and deletes still work.
+		var chunks int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(compress_chunk(c)) FROM show_chunks('series.points') c`).Scan(&chunks))
+		require.GreaterOrEqual(t, chunks, 10)
+		var compressed int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM timescaledb_information.chunks
+			WHERE hypertable_schema = 'series' AND hypertable_name = 'points' AND is_compressed`).Scan(&compressed))
+		require.Equal(t, chunks, compressed)
+		require.Equal(t, wantPoints, read(a))
+		var policies int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM timescaledb_information.jobs
+			WHERE hypertable_schema = 'series' AND hypertable_name = 'points' AND proc_name = 'policy_compression'`).Scan(&policies))
+		require.Equal(t, 1, policies)
+	}
+	// Last write wins in an old (compressed) chunk; a range delete there.
+	_, err = q.SeriesAppend(ctx, db.SeriesAppendParams{AccessID: user.AccessID, EventID: a,
+		Data: json.RawMessage(`{"format": "flatJSON", "fields": ["deltaTime", "value"], "points": [[3600, -1.5]]}`)})
+	require.NoError(t, err)
+	from, to := 7200.0, 3*3600.0
+	_, err = q.SeriesDelete(ctx, db.SeriesDeleteParams{AccessID: user.AccessID, EventID: a, FromTime: &from, ToTime: &to, Relative: true})
+	require.NoError(t, err)
+	require.Equal(t, [][]float64{{0, 60}, {3600, -1.5}, {10800, 60.03}}, read(a)[:3])
+
+	// Retention: the user's series kept 5 days, b's 8 days. With the default setting set, whole
+	// chunks older than the longest retention are dropped, and the rows of a are deleted.
+	_, err = pool.Exec(ctx, `SELECT api.series_retention_set('store', interval '5 days')`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `SELECT api.series_retention_set('store', interval '8 days', $1)`, b)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE silo.settings SET value = '1 day' WHERE key = 'series.retention'`)
+	require.NoError(t, err)
+	if want == "native" {
+		// Points older than the premade partitions wait in the default partition until
+		// maintenance (silo work) makes partitions for them.
+		_, err = pool.Exec(ctx, `SELECT * FROM api.partition_maintain()`)
+		require.NoError(t, err)
+	}
+	r, err := q.SeriesRetain(ctx)
+	require.NoError(t, err)
+	require.Positive(t, r.DroppedChunks)
+	require.Positive(t, r.DeletedPoints)
+	oldest := func(id string) float64 {
+		var s float64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - min(p.at)) / 86400 FROM series.points p
+			JOIN account.events e ON e.series_id = p.series_id WHERE e.id = $1`, id).Scan(&s))
+		return s
+	}
+	require.LessOrEqual(t, oldest(a), 5.0)
+	require.Greater(t, oldest(a), 4.9)
+	require.LessOrEqual(t, oldest(b), 9.0) // whole days of chunks go: between 8 and 9 days are left
+	require.Greater(t, oldest(b), 7.9)
+}
