@@ -205,8 +205,11 @@ func TestSessionReportsAnExpiredResume(t *testing.T) {
 // gives the rest.
 func TestSessionSlowClientIsDisconnectedWithItsResumeID(t *testing.T) {
 	t.Parallel()
-	// The queue must hold a burst: the hub fans out up to 1000 changes (a page) at once.
-	b := setup(t, change.Config{ClientBuffer: 1000}, true)
+	// The queue must hold a burst: the hub fans out up to 1000 changes (a page) at once. The close
+	// waits in the slow client's full buffers until it reads again, after the whole write phase:
+	// WriteWait outlasts that phase however busy the machine (past it, the close is given up and
+	// the client sees the connection drop, 1006).
+	b := setup(t, change.Config{ClientBuffer: 1000, WriteWait: 3 * time.Minute}, true)
 	fast := b.dial(t, "?channels=profile:slow:*", bearer(b.reader))
 	start := fast.nextType("ready").Position
 	fast.nextType("subscribed")
