@@ -102,13 +102,11 @@ BEGIN
             WHERE u.first_seen < v_cut
               AND purge_private.ttl_expiry(u.last_updated, u.ttl, v_cfg.ttl_expire_after_seconds) <= p_now
               AND NOT purge_private.ttl_postponed(u.finished_at, u.archived_at, u.journey_type, v_cfg)
-            RETURNING u.id
-        ), s AS (
-            DELETE FROM ods.summaries s USING d WHERE s.unit_of_work_id = d.id
-            RETURNING 1
-        )
-        SELECT coalesce(array_agg(d.id), '{}'), (SELECT count(*) FROM s) INTO v_ids, v_sums FROM d;
+            RETURNING u.id)
+        SELECT coalesce(array_agg(d.id), '{}') INTO v_ids FROM d;
         v_units := cardinality(v_ids);
+        DELETE FROM ods.summaries s WHERE s.unit_of_work_id = ANY (v_ids);
+        GET DIAGNOSTICS v_sums = ROW_COUNT;
         IF EXISTS (SELECT FROM ods.unit_of_works u WHERE u.first_seen < v_cut) THEN
             DELETE FROM ods.objects o WHERE o.unit_of_work_id = ANY (v_ids);
             GET DIAGNOSTICS v_objects = ROW_COUNT;
