@@ -27,6 +27,8 @@ type metrics struct {
 	// updates.
 	batchSeconds *prometheus.HistogramVec
 	batchUpdates prometheus.Histogram
+	// Series appends by MQTT and websocket messages (transport.go).
+	transport transportMetrics
 }
 
 // profileOperations are the 21 operations of profile updates (profile_private.op_class in
@@ -98,7 +100,9 @@ func newMetrics(pool *pgxpool.Pool, registry *prometheus.Registry) *metrics {
 	for _, o := range []string{"ok", "error"} {
 		m.batchSeconds.WithLabelValues(o)
 	}
+	m.transport = newTransportMetrics()
 	m.registry.MustRegister(m.requests, m.duration, m.updates.vec, m.batchSeconds, m.batchUpdates,
+		m.transport.messages, m.transport.points, m.transport.rejects, m.transport.mqttConns, m.transport.mqttConnects,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
 		m.registry.MustRegister(poolCollector{pool})
