@@ -40,13 +40,21 @@ var envDocs = map[string]string{
 		"and its listener (up, work)",
 	"SILO_METRICS_ADDR":   "where silo work serves /metrics (default unset: not served; silo up\nand silo serve serve it on SILO_ADDR)",
 	"SILO_TEMPDB_DURABLE": "set: the throw-away cluster keeps fsync and synchronous commit on (benchmarks)",
+	"SILO_MQTT_ADDR": "MQTT broker listen address, host:port (default :8883; off: no broker):\n" +
+		"series appends over MQTT 3.1.1 and 5, TLS unless SILO_MQTT_PLAIN",
+	"SILO_MQTT_CERT": "the MQTT broker's TLS certificate, a PEM file (with SILO_MQTT_KEY; both unset:\n" +
+		"a self-signed pair made once in $SILO_DATA_DIR/mqtt-cert.pem and mqtt-key.pem,\n" +
+		"its SHA-256 fingerprint logged at start)",
+	"SILO_MQTT_KEY":   "the MQTT broker's TLS private key, a PEM file (with SILO_MQTT_CERT)",
+	"SILO_MQTT_PLAIN": "1: the MQTT broker takes plain TCP, no TLS; allowed only when SILO_MQTT_ADDR\nis a loopback address (127.0.0.1, [::1], localhost)",
 }
 
 var (
 	dbEnv  = []string{"DATABASE_URL", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS"}
 	allEnv = []string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
 		"SILO_DEAD_LETTER_RETENTION", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_UPDATER_WORKERS",
-		"SILO_METRICS_ADDR", "SILO_TEMPDB_DURABLE"}
+		"SILO_METRICS_ADDR", "SILO_TEMPDB_DURABLE", "SILO_MQTT_ADDR", "SILO_MQTT_CERT", "SILO_MQTT_KEY", "SILO_MQTT_PLAIN"}
+	mqttEnv = []string{"SILO_MQTT_ADDR", "SILO_MQTT_CERT", "SILO_MQTT_KEY", "SILO_MQTT_PLAIN"}
 )
 
 const embeddedNote = `With DATABASE_URL unset, the embedded cluster in $SILO_DATA_DIR/pg is started (initdb on
@@ -60,13 +68,14 @@ var (
 		name: "up", summary: "embedded database if needed, migrate, HTTP API and workers",
 		synopsis: "silo up",
 		about: `Runs all of Silo in one process: migrates the database (as silo migrate), then serves the
-HTTP API and websocket changes on SILO_ADDR (with /metrics, /healthz, /readyz) and runs the
-River workers and the profile updater, until SIGINT or SIGTERM. SILO_ADDR is taken before
-anything starts: an address in use or malformed fails at once.
+HTTP API and websocket changes on SILO_ADDR (with /metrics, /healthz, /readyz), series
+appends over MQTT on SILO_MQTT_ADDR, and runs the River workers and the profile updater, until
+SIGINT or SIGTERM. SILO_ADDR and SILO_MQTT_ADDR are taken before anything starts: an address in
+use or malformed fails at once.
 
 ` + embeddedNote,
-		env: []string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
-			"SILO_UPDATER_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION"},
+		env: append([]string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
+			"SILO_UPDATER_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION"}, mqttEnv...),
 	}
 	cmdMigrate = &command{
 		name: "migrate", summary: "apply migrations and rebuild schema api",
@@ -81,11 +90,11 @@ files changed. Idempotent, and safe to run from several processes at once.
 		name: "serve", summary: "HTTP API only",
 		synopsis: "silo serve",
 		about: `Serves the HTTP API and websocket changes on SILO_ADDR (with /metrics, /healthz, /readyz)
-until SIGINT or SIGTERM; runs no workers and does not migrate. Any number may run against one
-database.
+and series appends over MQTT on SILO_MQTT_ADDR until SIGINT or SIGTERM; runs no workers and
+does not migrate. Any number may run against one database.
 
 ` + embeddedNote,
-		env: []string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS"},
+		env: append([]string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS"}, mqttEnv...),
 	}
 	cmdWork = &command{
 		name: "work", summary: "River workers only",
