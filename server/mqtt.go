@@ -59,6 +59,7 @@ func MQTTErrorTopic(username, clientID string) string {
 type MQTT struct {
 	broker *mqtt.Server
 	hook   *mqttHook
+	close  sync.Once
 }
 
 // NewWithMQTT returns the HTTP API (as New) and an MQTT broker that share its joiner and metrics.
@@ -70,7 +71,7 @@ func NewWithMQTT(cfg Config) (http.Handler, *MQTT, error) {
 	caps.MaximumPacketSize = uint32(min(s.maxBody+64<<10, 256<<20)) // a body as large as HTTP takes, and its topic
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 	broker := mqtt.New(&mqtt.Options{Capabilities: caps, InlineClient: true,
-		Logger: cfg.Logger.With("component", "mqtt")})
+		Logger: s.log.With("component", "mqtt")})
 	h := &mqttHook{s: s, broker: broker}
 	if err := broker.AddHook(h, nil); err != nil {
 		return nil, nil, fmt.Errorf("error adding the MQTT hook: %w", err)
@@ -88,8 +89,12 @@ func (m *MQTT) Serve(ln net.Listener) error {
 }
 
 // Close stops taking connections and closes the clients' (each may reconnect to another process).
+// A write in progress finishes first; its PUBACK cannot reach the client any more, which sends
+// the message again. Close may be called more than once.
 func (m *MQTT) Close() error {
-	return m.broker.Close()
+	var err error
+	m.close.Do(func() { err = m.broker.Close() })
+	return err
 }
 
 // mqttListener serves an open net.Listener to mochi (its own listeners open their address
@@ -164,7 +169,12 @@ const (
 func (h *mqttHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	refuse := func(code packets.Code, result string) error {
 		h.s.metrics.transport.mqttConnects.WithLabelValues(result).Inc()
-		_ = h.broker.SendConnack(cl, code, false, nil)
+		ack := code
+		if code == packets.ErrBadUsernameOrPassword && cl.Properties.ProtocolVersion < 5 {
+			// MQTT 3.1.1's own code (mochi would send 5, not authorized).
+			ack = packets.Code{Code: 0x04, Reason: code.Reason}
+		}
+		_ = h.broker.SendConnack(cl, ack, false, nil)
 		return code
 	}
 	username, token := string(pk.Connect.Username), string(pk.Connect.Password)
