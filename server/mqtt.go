@@ -71,7 +71,7 @@ func NewWithMQTT(cfg Config) (http.Handler, *MQTT, error) {
 	caps.MaximumPacketSize = uint32(min(s.maxBody+64<<10, 256<<20)) // a body as large as HTTP takes, and its topic
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 	broker := mqtt.New(&mqtt.Options{Capabilities: caps, InlineClient: true,
-		Logger: s.log.With("component", "mqtt")})
+		Logger: slog.New(mqttLogHandler{s.log.Handler()}).With("component", "mqtt")})
 	h := &mqttHook{s: s, broker: broker}
 	if err := broker.AddHook(h, nil); err != nil {
 		return nil, nil, fmt.Errorf("error adding the MQTT hook: %w", err)
@@ -95,6 +95,30 @@ func (m *MQTT) Close() error {
 	var err error
 	m.close.Do(func() { err = m.broker.Close() })
 	return err
+}
+
+// mqttLogHandler passes mochi's log on, with one change: a message that Silo refused (OnPublish
+// returned its reason code) is mochi's "publish packet error", logged at ERROR with the whole
+// packet. It is the client's error, answered and counted (silo_series_transport_rejects_total):
+// it goes to DEBUG.
+type mqttLogHandler struct{ slog.Handler }
+
+func (h mqttLogHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "publish packet error" {
+		if !h.Handler.Enabled(ctx, slog.LevelDebug) {
+			return nil
+		}
+		r.Level = slog.LevelDebug
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h mqttLogHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return mqttLogHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h mqttLogHandler) WithGroup(name string) slog.Handler {
+	return mqttLogHandler{h.Handler.WithGroup(name)}
 }
 
 // mqttListener serves an open net.Listener to mochi (its own listeners open their address

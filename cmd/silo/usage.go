@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // command is one command of the CLI: what `silo help` lists and `silo COMMAND --help` prints.
@@ -183,7 +184,19 @@ was built from, its time, and "dirty" when the work tree had changes. silo --ver
 		synopsis: "silo help [COMMAND [SUBCOMMAND]]",
 		about:    "Lists the commands, or prints the usage of one (as silo COMMAND --help does).",
 	}
-	commands = []*command{cmdUp, cmdMigrate, cmdServe, cmdWork, cmdToken, cmdUser, cmdPsql, cmdTempDB, cmdVersion, cmdHelp}
+	cmdWS = &command{
+		name: "ws", summary: "a websocket client for scripts: stdin lines out, messages in",
+		synopsis: "silo ws [-H 'Name: value']... [--wait DURATION] URL",
+		about: `Connects to a websocket (ws:// or wss://, e.g. GET /{username}/ws), sends each line of stdin
+as one text message and prints every message received, one per line. Ends when stdin has ended
+and every message sent with an "id" member has its answer (a message with the same "id"), or
+fails when --wait passes first or the connection ends.`,
+		flags: func(fs *flag.FlagSet) {
+			fs.Var(&headerFlags{}, "H", "a request `header`, 'Name: value' (repeatable), e.g. -H \"Authorization: $TOKEN\"")
+			fs.Duration("wait", 30*time.Second, "how long answers are awaited once stdin has ended")
+		},
+	}
+	commands = []*command{cmdUp, cmdMigrate, cmdServe, cmdWork, cmdToken, cmdUser, cmdPsql, cmdTempDB, cmdWS, cmdVersion, cmdHelp}
 )
 
 func findCommand(name string) *command {
@@ -222,6 +235,9 @@ func (c *command) usage() string {
 	fs.VisitAll(func(f *flag.Flag) {
 		name, text := flag.UnquoteUsage(f)
 		left := "--" + f.Name
+		if len(f.Name) == 1 {
+			left = "-" + f.Name // a one-letter flag, as curl's -H
+		}
 		if name != "" {
 			left += " " + strings.ToUpper(name)
 		}
