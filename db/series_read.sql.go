@@ -37,6 +37,41 @@ func (q *Queries) SeriesColumns(ctx context.Context, arg SeriesColumnsParams) ([
 	return columns, err
 }
 
+const seriesDownsample = `-- name: SeriesDownsample :one
+SELECT api.series_downsample($1::text, $2::text, $3::double precision,
+                             $4::text, $5::double precision, $6::double precision,
+                             $7::boolean, $8::text[], $9::text)::jsonb AS body
+`
+
+type SeriesDownsampleParams struct {
+	AccessID        string   `json:"accessId"`
+	EventID         string   `json:"eventId"`
+	IntervalSeconds float64  `json:"intervalSeconds"`
+	Aggregate       string   `json:"aggregate"`
+	FromTime        *float64 `json:"fromTime"`
+	ToTime          *float64 `json:"toTime"`
+	Relative        bool     `json:"relative"`
+	Fields          []string `json:"fields"`
+	TimeField       string   `json:"timeField"`
+}
+
+func (q *Queries) SeriesDownsample(ctx context.Context, arg SeriesDownsampleParams) (json.RawMessage, error) {
+	row := q.db.QueryRow(ctx, seriesDownsample,
+		arg.AccessID,
+		arg.EventID,
+		arg.IntervalSeconds,
+		arg.Aggregate,
+		arg.FromTime,
+		arg.ToTime,
+		arg.Relative,
+		arg.Fields,
+		arg.TimeField,
+	)
+	var body json.RawMessage
+	err := row.Scan(&body)
+	return body, err
+}
+
 const seriesGet = `-- name: SeriesGet :one
 SELECT api.series_get($1::text, $2::text, $3::double precision,
                       $4::double precision, $5::boolean, $6::text[],

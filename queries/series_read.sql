@@ -16,3 +16,8 @@ FROM api.series_read(sqlc.arg(access_id)::text, sqlc.arg(event_id)::text, sqlc.n
 SELECT api.series_get(sqlc.arg(access_id)::text, sqlc.arg(event_id)::text, sqlc.narg(from_time)::double precision,
                       sqlc.narg(to_time)::double precision, sqlc.arg(relative)::boolean, sqlc.narg(fields)::text[],
                       sqlc.arg(time_field)::text)::jsonb AS body;
+
+-- name: SeriesDownsample :one
+SELECT api.series_downsample(sqlc.arg(access_id)::text, sqlc.arg(event_id)::text, sqlc.arg(interval_seconds)::double precision,
+                             sqlc.arg(aggregate)::text, sqlc.narg(from_time)::double precision, sqlc.narg(to_time)::double precision,
+                             sqlc.arg(relative)::boolean, sqlc.narg(fields)::text[], sqlc.arg(time_field)::text)::jsonb AS body;

@@ -177,11 +177,15 @@ func (s *server) seriesGet(w http.ResponseWriter, r *http.Request) {
 	if !relative {
 		timeField = "timestamp"
 	}
+	id := r.PathValue("id")
+	if q.Has("interval") || q.Has("aggregate") {
+		s.seriesDownsample(w, r, access, id, from, to, relative, fields, timeField)
+		return
+	}
 	format := "json"
 	if acceptsCSV(r.Header.Get("Accept")) {
 		format = "csv"
 	}
-	id := r.PathValue("id")
 	ctx := r.Context()
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -252,6 +256,28 @@ func (s *server) seriesGet(w http.ResponseWriter, r *http.Request) {
 		buf.WriteString("}\n")
 		_, _ = w.Write(buf.Bytes())
 	}
+}
+
+// seriesDownsample answers a GET with interval (seconds) and aggregate (avg by default): one point
+// per bucket, in flatJSON.
+func (s *server) seriesDownsample(w http.ResponseWriter, r *http.Request, access, id string, from, to *float64,
+	relative bool, fields []string, timeField string) {
+	q := r.URL.Query()
+	interval, err := floatParam(q, "interval")
+	if err == nil && interval == nil {
+		err = errors.New("query parameter interval (seconds) is required with aggregate")
+	}
+	if err != nil {
+		badParam(w, err)
+		return
+	}
+	aggregate := "avg"
+	if q.Has("aggregate") {
+		aggregate = q.Get("aggregate")
+	}
+	out, err := s.q.SeriesDownsample(r.Context(), db.SeriesDownsampleParams{AccessID: access, EventID: id, IntervalSeconds: *interval,
+		Aggregate: aggregate, FromTime: from, ToTime: to, Relative: relative, Fields: fields, TimeField: timeField})
+	s.accountAnswer(w, r, http.StatusOK, out, err)
 }
 
 // seriesDelete is DELETE /{username}/events/{id}/series: the points of a range (every point

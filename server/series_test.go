@@ -64,6 +64,15 @@ func TestSeriesHTTP(t *testing.T) {
 	require.True(t, strings.HasPrefix(ctype, "text/csv"), ctype)
 	require.Equal(t, "timestamp,value\n1004,-71.5\n1005,72\n", body)
 
+	// Downsampled: buckets of 2 s from the event's time, the average of each.
+	a = b.do(t, "GET", path+"?interval=2&aggregate=avg&toDeltaTime=4", b.token, "")
+	require.Equal(t, http.StatusOK, a.status, a.body)
+	require.Equal(t, []any{"deltaTime", "value"}, a.body["fields"])
+	require.Equal(t, []any{[]any{0.0, 70.375}, []any{2.0, 70.875}}, a.body["points"])
+	a = b.do(t, "GET", path+"?aggregate=avg", b.token, "")
+	require.Equal(t, 400, a.status, a.body)
+	require.Equal(t, "invalid-parameters-format", a.errID())
+
 	// Range delete keeps the event.
 	a = b.do(t, "DELETE", path+"?fromDeltaTime=0&toDeltaTime=2", b.token, "")
 	require.Equal(t, http.StatusOK, a.status, a.body)

@@ -37,6 +37,7 @@ DECLARE
     v_abs    boolean;
     v_te     bigint;
     v_f      record;
+    v_pos    integer;
     v_nf     integer;
     v_min    timestamptz;
     v_max    timestamptz;
@@ -75,18 +76,18 @@ BEGIN
             v_ti := v_i - 1;
             v_tname := v_names[v_i];
         ELSE
-            SELECT f.field_position INTO v_f FROM series_private.type_fields(v_holder) f WHERE f.field = v_names[v_i];
-            IF NOT FOUND THEN
+            v_pos := array_position(v_fname, v_names[v_i]);
+            IF v_pos IS NULL THEN
                 RAISE EXCEPTION '%"fields" field must contain valid field names for the series type.', p_where USING ERRCODE = 'SASTR',
                     DETAIL = format('%s is not a field of %s', v_names[v_i], v_holder.type),
                     HINT = format('The fields of %s are %s (and a time column, deltaTime or timestamp).', v_holder.type,
-                                  (SELECT string_agg(f.field, ', ') FROM series_private.type_fields(v_holder) f));
+                                  array_to_string(v_fname, ', '));
             END IF;
-            IF v_idx[v_f.field_position] IS NOT NULL THEN
+            IF v_idx[v_pos] IS NOT NULL THEN
                 RAISE EXCEPTION '%"fields" field must contain valid field names for the series type.', p_where USING ERRCODE = 'SASTR',
                     DETAIL = format('field %s is given twice', v_names[v_i]);
             END IF;
-            v_idx[v_f.field_position] := v_i - 1;
+            v_idx[v_pos] := v_i - 1;
         END IF;
     END LOOP;
     IF v_ti IS NULL THEN
@@ -263,7 +264,10 @@ BEGIN
         IF jsonb_typeof(v_batch -> 'data') IS DISTINCT FROM 'array' THEN
             RAISE EXCEPTION '"data" field must be a list of series store operations.' USING ERRCODE = 'SASTR';
         END IF;
-        FOR v_op IN SELECT e.op, e.n FROM jsonb_array_elements(v_batch -> 'data') WITH ORDINALITY AS e(op, n) LOOP
+        -- In the order of the events' ids (the operations of one event in batch order), so that two
+        -- batches that write the same series take their locks in one order and never deadlock.
+        FOR v_op IN SELECT e.op, e.n FROM jsonb_array_elements(v_batch -> 'data') WITH ORDINALITY AS e(op, n)
+                    ORDER BY CASE WHEN jsonb_typeof(e.op) = 'object' THEN e.op ->> 'eventId' END NULLS FIRST, e.n LOOP
             IF jsonb_typeof(v_op.op) <> 'object' OR jsonb_typeof(v_op.op -> 'eventId') IS DISTINCT FROM 'string' THEN
                 RAISE EXCEPTION 'data[%]: a series store operation must be an object {"eventId": string, "data": flatJSON}.', v_op.n - 1
                     USING ERRCODE = 'SASTR';
