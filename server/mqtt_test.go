@@ -12,15 +12,18 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/stretchr/testify/require"
@@ -399,4 +402,69 @@ func TestMQTTAckAfterCommit(t *testing.T) {
 	code, _ := v.puback(t, 1, topic, "", body)
 	require.Less(t, code, byte(0x80))
 	require.Equal(t, []any{[]any{7.0, 7.5}}, b.points(t))
+}
+
+// A database that cannot be reached: CONNECT is answered "server unavailable" (MQTT 5 0x88,
+// MQTT 3.1.1 return code 3), never "bad username or password".
+func TestMQTTDatabaseUnavailable(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://silo@127.0.0.1:1/silo?connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, broker, err := server.NewWithMQTT(server.Config{Pool: pool, Version: "test"})
+	require.NoError(t, err)
+	serverTC, clientTC := testCert(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", serverTC)
+	require.NoError(t, err)
+	require.NoError(t, broker.Serve(ln))
+	t.Cleanup(func() { _ = broker.Close() })
+	b := &mqttBundle{addr: ln.Addr().String(), clientTC: clientTC}
+
+	require.Equal(t, packets.ErrServerUnavailable.Code, b.v5Dial(t).connect(t, "alice", "some-token").ReasonCode)
+	_, err = b.pahoConnect(t, "alice", "some-token", "x")
+	require.Error(t, err)
+	require.Contains(t, strings.ToLower(err.Error()), "server unavailable")
+}
+
+// The database goes away while a client is connected: its message is not acknowledged, the
+// client is disconnected with "server busy" (MQTT 5), and its retry once the database is back is
+// acknowledged and stored.
+func TestMQTTDatabaseLost(t *testing.T) {
+	t.Parallel()
+	b := mqttSetup(t)
+	ctx := context.Background()
+	topic := "alice/events/" + b.event + "/series"
+	var name string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT current_database()`).Scan(&name))
+	admin, err := pgx.Connect(ctx, dbtest.URL(t)) // another database of the same server
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close(ctx) })
+	allow := func(on bool) {
+		_, err := admin.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %s ALLOW_CONNECTIONS %t`, pgx.Identifier{name}.Sanitize(), on))
+		require.NoError(t, err)
+	}
+
+	v := b.v5Dial(t)
+	require.Equal(t, packets.CodeSuccess.Code, v.connect(t, "alice", b.token).ReasonCode)
+	allow(false)
+	t.Cleanup(func() { allow(true) })
+	_, err = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, name)
+	require.NoError(t, err)
+	body := `{"format":"flatJSON","fields":["deltaTime","value"],"points":[[6,6.5]]}`
+	v.publish(t, 1, topic, "", body)
+	pk, err := v.read(t, 90*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, packets.Disconnect, pk.FixedHeader.Type, "%+v", pk)
+	require.Equal(t, packets.ErrServerBusy.Code, pk.ReasonCode)
+	_, err = v.read(t, 10*time.Second)
+	require.Error(t, err, "the connection is closed")
+	// CONNECT while the database is away: server unavailable.
+	require.Equal(t, packets.ErrServerUnavailable.Code, b.v5Dial(t).connect(t, "alice", b.token).ReasonCode)
+
+	allow(true)
+	v = b.v5Dial(t)
+	require.Equal(t, packets.CodeSuccess.Code, v.connect(t, "alice", b.token).ReasonCode)
+	code, _ := v.puback(t, 1, topic, "", body)
+	require.Less(t, code, byte(0x80))
+	require.Equal(t, []any{[]any{6.0, 6.5}}, b.points(t))
 }
