@@ -46,9 +46,9 @@ import (
 //   - Database trouble acknowledges nothing: the client is disconnected (MQTT 5: "server busy")
 //     and sends its unacknowledged messages again when it reconnects; CONNACK says "server
 //     unavailable" until the database is back.
-//   - SUBSCRIBE is refused except to the client's own error topic. Nothing is retained, QoS 2 is
-//     served as QoS 1, and a process keeps no state another needs: a client may reconnect to any
-//     Silo process.
+//   - SUBSCRIBE is refused except to the client's own error topic. Nothing is retained, no will is
+//     published, QoS 2 is served as QoS 1, and a process keeps no state another needs: a client
+//     may reconnect to any Silo process.
 
 // MQTTErrorTopic is the topic a client subscribes to for the answers to its refused messages.
 func MQTTErrorTopic(username, clientID string) string {
@@ -221,6 +221,9 @@ func (h *mqttHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 		h.s.log.Error("MQTT authentication failed", "err", err)
 		return refuse(packets.ErrServerUnavailable, "unavailable")
 	}
+	// A will would go to subscribers, and a client can subscribe to its own error topic only: a
+	// will is never published (it could only be another client's false error message).
+	atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
 	h.sessions.Store(cl, &mqttSession{username: row.Username, access: row.AccessID})
 	h.s.metrics.transport.mqttConnects.WithLabelValues("ok").Inc()
 	h.s.metrics.transport.mqttConns.Inc()

@@ -162,6 +162,22 @@ func TestMQTTSeries311(t *testing.T) {
 	waitToken(t, st)
 	require.Equal(t, byte(1), st.(*paho.SubscribeToken).Result()[server.MQTTErrorTopic("alice", "sensor-1")])
 
+	// A will is not published: it could only reach an error topic, as a false error.
+	w := b.v5Dial(t)
+	w.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 60, ClientIdentifier: "willer",
+			UsernameFlag: true, Username: []byte("alice"), PasswordFlag: true, Password: []byte(b.token),
+			WillFlag: true, WillTopic: server.MQTTErrorTopic("alice", "sensor-1"), WillPayload: []byte(`{"error":{"id":"fake"}}`)}})
+	pk, err := w.read(t, 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, packets.CodeSuccess.Code, pk.ReasonCode)
+	require.NoError(t, w.c.Close()) // gone without DISCONNECT: a will would be sent now
+	select {
+	case raw := <-errs:
+		t.Fatalf("a will reached an error topic: %s", raw)
+	case <-time.After(time.Second):
+	}
+
 	// Refused messages are acknowledged (3.1.1 has no reason code) and answered on the error
 	// topic; the connection goes on.
 	for _, r := range []struct {
