@@ -5,8 +5,8 @@ package main
 // the same 1,000-point flatJSON bodies from transportClients clients, each on its own series, each
 // waiting for every answer before it sends the next:
 //   - HTTP: POST /{username}/events/{id}/series (the reference, measured in the same runs);
-//   - MQTT 5 over TLS, QoS 1 (paho, MQTT 3.1.1 framing): a message is counted when its PUBACK came,
-//     which Silo sends after the commit;
+//   - MQTT over TLS, QoS 1 (paho, MQTT 3.1.1): a message is counted when its PUBACK came, which
+//     Silo sends after the commit;
 //   - websocket: series.append messages on GET /{username}/ws, counted when acknowledged.
 // Targets: MQTT and websocket each ≥ 0.8× HTTP.
 

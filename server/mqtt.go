@@ -138,7 +138,13 @@ func (l *mqttListener) Serve(establish listeners.EstablishFn) {
 	for {
 		conn, err := l.ln.Accept()
 		if err != nil {
-			return
+			if l.end.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: the listener stays, as http.Server's does.
+			l.log.Warn("MQTT accept failed", "err", err)
+			time.Sleep(100 * time.Millisecond)
+			continue
 		}
 		if l.end.Load() {
 			_ = conn.Close()

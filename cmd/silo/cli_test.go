@@ -160,6 +160,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"tempdb"}, "tempdb needs a command", "Usage: silo tempdb"},
 		{[]string{"tempdb", "--bogus", "true"}, "flag provided but not defined: -bogus", "Usage: silo tempdb"},
 		{[]string{"help", "frob"}, `unknown command "frob"`, "Usage: silo help"},
+		{[]string{"ws"}, "ws needs one URL", "Usage: silo ws"},
+		{[]string{"ws", "-H", "no-colon", "ws://localhost:1/"}, `-H "no-colon": want 'Name: value'`, "Usage: silo ws"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := runSilo(t, bin, env, 10*time.Second, tc.args...)
