@@ -183,7 +183,7 @@ func (h *mqttHook) ID() string { return "silo" }
 
 func (h *mqttHook) Provides(b byte) bool {
 	switch b {
-	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish, mqtt.OnDisconnect:
+	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish, mqtt.OnDisconnect, mqtt.OnPacketRead:
 		return true
 	}
 	return false
@@ -248,6 +248,21 @@ func (h *mqttHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	}
 }
 
+// mqttUnserved marks the topic of a PUBLISH that mochi would drop without an answer ($SYS/...,
+// $share/...: topics no client may publish to), so that it reaches OnPublish and is refused there
+// like any other topic Silo does not serve. No username contains '!'.
+const mqttUnserved = "!unserved!/"
+
+// OnPacketRead marks the PUBLISHes mochi would drop in silence (mqttUnserved). A topic with a
+// wildcard is left to mochi: it is a protocol violation, which ends the connection.
+func (h *mqttHook) OnPacketRead(_ *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Publish && pk.TopicName != "" && !strings.ContainsAny(pk.TopicName, "+#") &&
+		!mqtt.IsValidFilter(pk.TopicName, true) {
+		pk.TopicName = mqttUnserved + pk.TopicName
+	}
+	return pk, nil
+}
+
 // OnACLCheck allows every publish (OnPublish answers a refused one: mochi would drop the
 // connection of an MQTT 3.1.1 client refused here) and a subscription to the client's own error
 // topic only.
@@ -308,7 +323,7 @@ func (h *mqttHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	if unavailable {
 		code = packets.ErrServerBusy.Code
 	}
-	answer, _ := json.Marshal(mqttAnswer{Topic: pk.TopicName, PacketID: pk.PacketID, ReasonCode: code,
+	answer, _ := json.Marshal(mqttAnswer{Topic: strings.TrimPrefix(pk.TopicName, mqttUnserved), PacketID: pk.PacketID, ReasonCode: code,
 		Error: wsError{ID: e.ID, Message: e.Message, Data: e.Data}}) // always marshals
 	if err := h.broker.Publish(MQTTErrorTopic(sess.username, cl.ID), answer, false, 0); err != nil {
 		h.s.log.Warn("MQTT error answer not published", "client", cl.ID, "err", err)
@@ -327,9 +342,13 @@ func (h *mqttHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 // mqttMessage reads a PUBLISH of username's client: the event of its topic ("" for a batch), its
 // body as flatJSON or seriesBatch, and its idempotency key. Errors are *APIError.
 func mqttMessage(username string, pk packets.Packet) (string, []byte, *string, error) {
+	topic := strings.TrimPrefix(pk.TopicName, mqttUnserved)
 	parts := strings.Split(pk.TopicName, "/")
 	var event string
 	switch {
+	case topic != pk.TopicName:
+		return "", nil, nil, &APIError{Status: http.StatusBadRequest, ID: "invalid-topic",
+			Message: fmt.Sprintf("topic %q is reserved: publish to {username}/events/{eventId}/series or {username}/series/batch", topic)}
 	case len(parts) == 4 && parts[1] == "events" && parts[2] != "" && parts[3] == "series":
 		event = parts[2]
 	case len(parts) == 3 && parts[1] == "series" && parts[2] == "batch":

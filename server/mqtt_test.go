@@ -347,6 +347,8 @@ func TestMQTTSeries5(t *testing.T) {
 		{"alice/events/nosuchevent/series", "", `{"format":"flatJSON","fields":["deltaTime","value"],"points":[[3,1]]}`, 0x90, "unknown-resource"},
 		{"alice/events/" + b.event, "", `{}`, 0x90, "invalid-topic"},
 		{"bobby/series/batch", "", `{"format":"seriesBatch","data":[]}`, 0x87, "forbidden"},
+		{"$SYS/alice/series/batch", "", `{}`, 0x90, "reserved"},
+		{"$share/g/alice/series/batch", "", `{}`, 0x90, "invalid-topic"},
 	} {
 		code, reason := v.puback(t, uint16(10+i), r.topic, r.ctype, r.body)
 		require.Equal(t, r.code, code, "%s %s: %s", r.topic, r.body, reason)
