@@ -7,10 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"unicode/utf8"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Series appends that come by another transport than HTTP (MQTT, a websocket message). Each is
@@ -255,55 +252,4 @@ func wsSeriesElsewhere() map[string]func(context.Context, []byte) []byte {
 			Message: "series appends go over GET /{username}/ws, with an access token of that user"})
 	}
 	return map[string]func(context.Context, []byte) []byte{"series.append": h, "series.batch": h}
-}
-
-// transportMetrics count the series appends of MQTT and websocket messages. Their labels come
-// from closed sets: the transport (mqtt, websocket), and a reject's reason, which is an error id of
-// the registry (errors.go), or one of rejectReasons.
-type transportMetrics struct {
-	messages     *prometheus.CounterVec // applied messages, by transport
-	points       *prometheus.CounterVec // their points
-	rejects      *prometheus.CounterVec // refused messages, by transport and reason
-	mqttConns    prometheus.Gauge       // MQTT clients connected now
-	mqttConnects *prometheus.CounterVec // MQTT connection attempts, by result
-}
-
-// rejectReasons are the reasons of a refused message that are not error ids of the registry.
-var rejectReasons = []string{"invalid-request-structure", "invalid-topic", UnavailableID, "unexpected-error", "too-large"}
-
-func newTransportMetrics() transportMetrics {
-	m := transportMetrics{
-		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "silo_series_transport_messages_total",
-			Help: "Series append messages applied, by transport (mqtt, websocket); rate() gives messages per second."}, []string{"transport"}),
-		points: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "silo_series_transport_points_total",
-			Help: "Points of the series append messages applied, by transport (mqtt, websocket); rate() gives points per second."}, []string{"transport"}),
-		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "silo_series_transport_rejects_total",
-			Help: "Series append messages refused, by transport (mqtt, websocket) and reason (the error id of the answer)."}, []string{"transport", "reason"}),
-		mqttConns: prometheus.NewGauge(prometheus.GaugeOpts{Name: "silo_mqtt_connections",
-			Help: "MQTT clients connected to this process."}),
-		mqttConnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "silo_mqtt_connects_total",
-			Help: "MQTT connection attempts, by result (ok, refused: bad username or token, unavailable: the database could not check)."}, []string{"result"}),
-	}
-	for _, t := range []string{"mqtt", "websocket"} {
-		m.messages.WithLabelValues(t)
-		m.points.WithLabelValues(t)
-	}
-	for _, r := range []string{"ok", "refused", "unavailable"} {
-		m.mqttConnects.WithLabelValues(r)
-	}
-	return m
-}
-
-// add counts one applied message of points points.
-func (m transportMetrics) add(transport string, points int) {
-	m.messages.WithLabelValues(transport).Inc()
-	m.points.WithLabelValues(transport).Add(float64(points))
-}
-
-// reject counts one refused message; a reason outside the closed sets counts as unexpected-error.
-func (m transportMetrics) reject(transport, reason string) {
-	if !slices.Contains(rejectReasons, reason) && !registeredID(reason) {
-		reason = "unexpected-error"
-	}
-	m.rejects.WithLabelValues(transport, reason).Inc()
 }
