@@ -366,6 +366,26 @@ func TestMQTTSeries5(t *testing.T) {
 	code, reason = rv.puback(t, 2, "alice/series/batch", "", `{"format":"seriesBatch","data":[{"eventId":"`+b.event+`","data":{"format":"flatJSON","fields":["deltaTime","value"],"points":[[8,1]]}}]}`)
 	require.Equal(t, packets.ErrNotAuthorized.Code, code, reason)
 	require.Len(t, b.points(t), 4)
+
+	// The metrics: messages and points applied, refusals by reason, connections.
+	resp, err := http.Get(b.srv.URL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for _, line := range []string{
+		`silo_series_transport_messages_total{transport="mqtt"} 3`,
+		`silo_series_transport_points_total{transport="mqtt"} 4`,
+		`silo_series_transport_rejects_total{reason="forbidden",transport="mqtt"} 3`,
+		`silo_series_transport_rejects_total{reason="invalid-topic",transport="mqtt"} 3`,
+		`silo_series_transport_rejects_total{reason="invalid-request-structure",transport="mqtt"} 3`,
+		`silo_series_transport_rejects_total{reason="unknown-resource",transport="mqtt"} 1`,
+		`silo_mqtt_connections 1`, // the reader's connection took the first one's client id over
+		`silo_mqtt_connects_total{result="ok"} 2`,
+		`silo_mqtt_connects_total{result="refused"} 2`,
+	} {
+		require.Contains(t, string(raw), line+"\n")
+	}
 }
 
 // PUBACK comes after the commit: while the write waits for a lock, no PUBACK; a broker that shuts

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -140,6 +141,22 @@ func TestWSSeriesAppend(t *testing.T) {
 	a = b.do(t, "GET", "/alice/events/"+event+"/series", b.token, "")
 	require.Equal(t, http.StatusOK, a.status, a.body)
 	require.Equal(t, []any{[]any{0.0, 1.5}, []any{1.0, 2.5}, []any{2.0, 3.5}, []any{3.0, 4.5}, []any{4.0, 5.5}}, a.body["points"])
+
+	// The metrics: messages and points applied (a replay too), refusals by reason.
+	resp, err := http.Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for _, line := range []string{
+		`silo_series_transport_messages_total{transport="websocket"} 5`,
+		`silo_series_transport_points_total{transport="websocket"} 6`,
+		`silo_series_transport_rejects_total{reason="invalid-request-structure",transport="websocket"} 5`,
+		`silo_series_transport_rejects_total{reason="unknown-resource",transport="websocket"} 1`,
+		`silo_series_transport_rejects_total{reason="forbidden",transport="websocket"} 2`,
+	} {
+		require.Contains(t, string(raw), line+"\n")
+	}
 
 	// GET /ws: Silo tokens, no account access.
 	var admin string
