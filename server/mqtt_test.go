@@ -303,16 +303,16 @@ func (v *v5conn) connect(t *testing.T, user, token string) packets.Packet {
 	return pk
 }
 
-func (v *v5conn) publish(t *testing.T, id uint16, topic, contentType, body string) {
+func (v *v5conn) publish(t *testing.T, id uint16, topic, contentType, body string, user ...packets.UserProperty) {
 	t.Helper()
 	v.send(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, ProtocolVersion: 5,
-		PacketID: id, TopicName: topic, Payload: []byte(body), Properties: packets.Properties{ContentType: contentType}})
+		PacketID: id, TopicName: topic, Payload: []byte(body), Properties: packets.Properties{ContentType: contentType, User: user}})
 }
 
 // puback publishes and returns the PUBACK's reason code and reason string.
-func (v *v5conn) puback(t *testing.T, id uint16, topic, contentType, body string) (byte, string) {
+func (v *v5conn) puback(t *testing.T, id uint16, topic, contentType, body string, user ...packets.UserProperty) (byte, string) {
 	t.Helper()
-	v.publish(t, id, topic, contentType, body)
+	v.publish(t, id, topic, contentType, body, user...)
 	pk, err := v.read(t, 30*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, packets.Puback, pk.FixedHeader.Type, "%+v", pk)
@@ -358,14 +358,27 @@ func TestMQTTSeries5(t *testing.T) {
 	code, _ = v.puback(t, 30, topic, "", `{"format":"flatJSON","fields":["deltaTime","value"],"points":[[3,4.5]]}`)
 	require.Less(t, code, byte(0x80), "the connection goes on after refusals")
 
+	// An idempotency key (user property): repeated with the same body, answered again; with
+	// another body, refused.
+	key := packets.UserProperty{Key: "idempotency-key", Val: "reading-42"}
+	for i := range 2 {
+		code, reason := v.puback(t, uint16(40+i), topic, "", `{"format":"flatJSON","fields":["deltaTime","value"],"points":[[4,5.5]]}`, key)
+		require.Less(t, code, byte(0x80), reason)
+	}
+	code, reason := v.puback(t, 42, topic, "", `{"format":"flatJSON","fields":["deltaTime","value"],"points":[[4,6.5]]}`, key)
+	require.Equal(t, packets.ErrImplementationSpecificError.Code, code)
+	require.Contains(t, reason, "idempotency-key-reused")
+	require.Len(t, b.points(t), 5)
+	require.Equal(t, []any{4.0, 5.5}, b.points(t)[4])
+
 	// The reader's token: not authorized, per message, on both topics.
 	rv := b.v5Dial(t)
 	require.Equal(t, packets.CodeSuccess.Code, rv.connect(t, "alice", b.reader).ReasonCode)
-	code, reason := rv.puback(t, 1, topic, "", `{"format":"flatJSON","fields":["deltaTime","value"],"points":[[8,1]]}`)
+	code, reason = rv.puback(t, 1, topic, "", `{"format":"flatJSON","fields":["deltaTime","value"],"points":[[8,1]]}`)
 	require.Equal(t, packets.ErrNotAuthorized.Code, code, reason)
 	code, reason = rv.puback(t, 2, "alice/series/batch", "", `{"format":"seriesBatch","data":[{"eventId":"`+b.event+`","data":{"format":"flatJSON","fields":["deltaTime","value"],"points":[[8,1]]}}]}`)
 	require.Equal(t, packets.ErrNotAuthorized.Code, code, reason)
-	require.Len(t, b.points(t), 4)
+	require.Len(t, b.points(t), 5)
 
 	// The metrics: messages and points applied, refusals by reason, connections.
 	resp, err := http.Get(b.srv.URL + "/metrics")
@@ -374,8 +387,8 @@ func TestMQTTSeries5(t *testing.T) {
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	for _, line := range []string{
-		`silo_series_transport_messages_total{transport="mqtt"} 3`,
-		`silo_series_transport_points_total{transport="mqtt"} 4`,
+		`silo_series_transport_messages_total{transport="mqtt"} 5`,
+		`silo_series_transport_points_total{transport="mqtt"} 6`,
 		`silo_series_transport_rejects_total{reason="forbidden",transport="mqtt"} 3`,
 		`silo_series_transport_rejects_total{reason="invalid-topic",transport="mqtt"} 3`,
 		`silo_series_transport_rejects_total{reason="invalid-request-structure",transport="mqtt"} 3`,
