@@ -132,18 +132,53 @@ func writeSelfSigned(certFile, keyFile string) error {
 	if err != nil {
 		return err
 	}
-	// The key first, then the certificate: a certificate on disk always has its key.
-	if err := writeFileAtomic(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	// Two processes sharing the data directory may both get here: each writes its pair under
+	// names of its own, and the first to link its key into place wins; the other uses the
+	// winner's pair. The key goes first, so a certificate on disk always has its key.
+	keyTmp, err := writeTemp(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600)
+	if err != nil {
 		return err
 	}
-	return writeFileAtomic(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	defer os.Remove(keyTmp)
+	certTmp, err := writeTemp(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(certTmp)
+	if err := os.Link(keyTmp, keyFile); err != nil {
+		if !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		// Another process won: wait for its certificate.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if _, err := os.Stat(certFile); err == nil {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s exists without %s: remove it to have a new pair made", keyFile, certFile)
+	}
+	return os.Link(certTmp, certFile)
 }
 
-// writeFileAtomic writes a file under a temporary name and renames it into place.
-func writeFileAtomic(name string, data []byte, mode os.FileMode) error {
-	tmp := name + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return err
+// writeTemp writes data to a new file beside name and returns its name.
+func writeTemp(name string, data []byte, mode os.FileMode) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(name), filepath.Base(name)+".*.tmp")
+	if err != nil {
+		return "", err
 	}
-	return os.Rename(tmp, name)
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return "", err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
 }

@@ -145,3 +145,39 @@ func TestMQTTKill(t *testing.T) {
 	require.NoError(t, pub.Error())
 	require.Equal(t, []float64{1005}, stored())
 }
+
+// The self-signed pair is made once, also when several processes start at the same time on one
+// data directory: all of them use the same certificate.
+func TestMQTTSelfSignedOnce(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	cfg := config{dataDir: dir}
+	prints, errs := make([]string, 6), make([]error, 6)
+	var wg sync.WaitGroup
+	for i := range prints {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tc, fp, _, err := mqttTLS(cfg)
+			if err == nil && len(tc.Certificates) != 1 {
+				err = os.ErrInvalid
+			}
+			prints[i], errs[i] = fp, err
+		}()
+	}
+	wg.Wait()
+	for i, fp := range prints {
+		require.NoError(t, errs[i])
+		require.Equal(t, prints[0], fp)
+	}
+	_, again, created, err := mqttTLS(cfg)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, prints[0], again)
+	info, err := os.Stat(filepath.Join(dir, "mqtt-key.pem"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	left, err := filepath.Glob(filepath.Join(dir, "*.tmp"))
+	require.NoError(t, err)
+	require.Empty(t, left)
+}
