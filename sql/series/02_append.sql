@@ -141,30 +141,30 @@ BEGIN
         INSERT INTO series.points AS p (series_id, at, n1, s1, t1, n2, s2, t2, n3, s3, t3, n4, s4, t4,
                                         n5, s5, t5, n6, s6, t6, n7, s7, t7, n8, s8, t8)
         SELECT DISTINCT ON (c.series_id, c.us) c.series_id, series_private.us_at(c.us),
-               CASE WHEN c.kinds[1] = 'number' THEN series_private.scaled_n(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_n(c.c1, c.kinds[1]) END,
-               CASE WHEN c.kinds[1] = 'number' THEN series_private.scaled_s(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_s(c.c1, c.kinds[1]) END,
-               series_private.cell_t(c.c1, c.kinds[1]),
-               CASE WHEN c.kinds[2] = 'number' THEN series_private.scaled_n(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_n(c.c2, c.kinds[2]) END,
-               CASE WHEN c.kinds[2] = 'number' THEN series_private.scaled_s(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_s(c.c2, c.kinds[2]) END,
-               series_private.cell_t(c.c2, c.kinds[2]),
-               CASE WHEN c.kinds[3] = 'number' THEN series_private.scaled_n(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_n(c.c3, c.kinds[3]) END,
-               CASE WHEN c.kinds[3] = 'number' THEN series_private.scaled_s(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_s(c.c3, c.kinds[3]) END,
-               series_private.cell_t(c.c3, c.kinds[3]),
-               CASE WHEN c.kinds[4] = 'number' THEN series_private.scaled_n(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_n(c.c4, c.kinds[4]) END,
-               CASE WHEN c.kinds[4] = 'number' THEN series_private.scaled_s(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_s(c.c4, c.kinds[4]) END,
-               series_private.cell_t(c.c4, c.kinds[4]),
-               CASE WHEN c.kinds[5] = 'number' THEN series_private.scaled_n(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_n(c.c5, c.kinds[5]) END,
-               CASE WHEN c.kinds[5] = 'number' THEN series_private.scaled_s(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_s(c.c5, c.kinds[5]) END,
-               series_private.cell_t(c.c5, c.kinds[5]),
-               CASE WHEN c.kinds[6] = 'number' THEN series_private.scaled_n(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_n(c.c6, c.kinds[6]) END,
-               CASE WHEN c.kinds[6] = 'number' THEN series_private.scaled_s(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_s(c.c6, c.kinds[6]) END,
-               series_private.cell_t(c.c6, c.kinds[6]),
-               CASE WHEN c.kinds[7] = 'number' THEN series_private.scaled_n(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_n(c.c7, c.kinds[7]) END,
-               CASE WHEN c.kinds[7] = 'number' THEN series_private.scaled_s(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_s(c.c7, c.kinds[7]) END,
-               series_private.cell_t(c.c7, c.kinds[7]),
-               CASE WHEN c.kinds[8] = 'number' THEN series_private.scaled_n(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_n(c.c8, c.kinds[8]) END,
-               CASE WHEN c.kinds[8] = 'number' THEN series_private.scaled_s(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_s(c.c8, c.kinds[8]) END,
-               series_private.cell_t(c.c8, c.kinds[8])
+               CASE WHEN c.k1 = 'number' THEN series_private.scaled_n(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_n(c.c1, c.k1) END,
+               CASE WHEN c.k1 = 'number' THEN series_private.scaled_s(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_s(c.c1, c.k1) END,
+               series_private.cell_t(c.c1, c.k1),
+               CASE WHEN c.k2 = 'number' THEN series_private.scaled_n(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_n(c.c2, c.k2) END,
+               CASE WHEN c.k2 = 'number' THEN series_private.scaled_s(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_s(c.c2, c.k2) END,
+               series_private.cell_t(c.c2, c.k2),
+               CASE WHEN c.k3 = 'number' THEN series_private.scaled_n(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_n(c.c3, c.k3) END,
+               CASE WHEN c.k3 = 'number' THEN series_private.scaled_s(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_s(c.c3, c.k3) END,
+               series_private.cell_t(c.c3, c.k3),
+               CASE WHEN c.k4 = 'number' THEN series_private.scaled_n(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_n(c.c4, c.k4) END,
+               CASE WHEN c.k4 = 'number' THEN series_private.scaled_s(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_s(c.c4, c.k4) END,
+               series_private.cell_t(c.c4, c.k4),
+               CASE WHEN c.k5 = 'number' THEN series_private.scaled_n(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_n(c.c5, c.k5) END,
+               CASE WHEN c.k5 = 'number' THEN series_private.scaled_s(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_s(c.c5, c.k5) END,
+               series_private.cell_t(c.c5, c.k5),
+               CASE WHEN c.k6 = 'number' THEN series_private.scaled_n(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_n(c.c6, c.k6) END,
+               CASE WHEN c.k6 = 'number' THEN series_private.scaled_s(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_s(c.c6, c.k6) END,
+               series_private.cell_t(c.c6, c.k6),
+               CASE WHEN c.k7 = 'number' THEN series_private.scaled_n(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_n(c.c7, c.k7) END,
+               CASE WHEN c.k7 = 'number' THEN series_private.scaled_s(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_s(c.c7, c.k7) END,
+               series_private.cell_t(c.c7, c.k7),
+               CASE WHEN c.k8 = 'number' THEN series_private.scaled_n(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_n(c.c8, c.k8) END,
+               CASE WHEN c.k8 = 'number' THEN series_private.scaled_s(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_s(c.c8, c.k8) END,
+               series_private.cell_t(c.c8, c.k8)
         FROM (
             SELECT w.*, max(w.sc1) OVER (PARTITION BY w.n) AS m1, max(w.sc2) OVER (PARTITION BY w.n) AS m2, max(w.sc3) OVER (PARTITION BY w.n) AS m3, max(w.sc4) OVER (PARTITION BY w.n) AS m4, max(w.sc5) OVER (PARTITION BY w.n) AS m5, max(w.sc6) OVER (PARTITION BY w.n) AS m6, max(w.sc7) OVER (PARTITION BY w.n) AS m7, max(w.sc8) OVER (PARTITION BY w.n) AS m8
             FROM (
@@ -179,41 +179,48 @@ BEGIN
                                 WHEN x.tn < 0 OR x.tn >= 100000000000 OR (x.abs AND round(x.tn * 1000000) < x.te)
                                     THEN format('%s %s is out of range: a point may not come before its event''s time', x.tname, left(x.tc::text, 40))
                                 ELSE coalesce(
-                                                  series_private.cell_problem(x.c1, x.x1, x.kinds[1], x.reqs[1], x.fnames[1]),
-                                                  series_private.cell_problem(x.c2, x.x2, x.kinds[2], x.reqs[2], x.fnames[2]),
-                                                  series_private.cell_problem(x.c3, x.x3, x.kinds[3], x.reqs[3], x.fnames[3]),
-                                                  series_private.cell_problem(x.c4, x.x4, x.kinds[4], x.reqs[4], x.fnames[4]),
-                                                  series_private.cell_problem(x.c5, x.x5, x.kinds[5], x.reqs[5], x.fnames[5]),
-                                                  series_private.cell_problem(x.c6, x.x6, x.kinds[6], x.reqs[6], x.fnames[6]),
-                                                  series_private.cell_problem(x.c7, x.x7, x.kinds[7], x.reqs[7], x.fnames[7]),
-                                                  series_private.cell_problem(x.c8, x.x8, x.kinds[8], x.reqs[8], x.fnames[8]))
+                                                  series_private.cell_problem(x.c1, x.x1, x.k1, x.reqs[1], x.fnames[1]),
+                                                  series_private.cell_problem(x.c2, x.x2, x.k2, x.reqs[2], x.fnames[2]),
+                                                  series_private.cell_problem(x.c3, x.x3, x.k3, x.reqs[3], x.fnames[3]),
+                                                  series_private.cell_problem(x.c4, x.x4, x.k4, x.reqs[4], x.fnames[4]),
+                                                  series_private.cell_problem(x.c5, x.x5, x.k5, x.reqs[5], x.fnames[5]),
+                                                  series_private.cell_problem(x.c6, x.x6, x.k6, x.reqs[6], x.fnames[6]),
+                                                  series_private.cell_problem(x.c7, x.x7, x.k7, x.reqs[7], x.fnames[7]),
+                                                  series_private.cell_problem(x.c8, x.x8, x.k8, x.reqs[8], x.fnames[8]))
                            END AS problem
                     FROM (
                         SELECT e.*, series_private.cell_number(e.tc) AS tn,
-                               CASE WHEN e.kinds[1] IN ('number', 'integer') THEN series_private.cell_number(e.c1) END AS x1,
-                               CASE WHEN e.kinds[2] IN ('number', 'integer') THEN series_private.cell_number(e.c2) END AS x2,
-                               CASE WHEN e.kinds[3] IN ('number', 'integer') THEN series_private.cell_number(e.c3) END AS x3,
-                               CASE WHEN e.kinds[4] IN ('number', 'integer') THEN series_private.cell_number(e.c4) END AS x4,
-                               CASE WHEN e.kinds[5] IN ('number', 'integer') THEN series_private.cell_number(e.c5) END AS x5,
-                               CASE WHEN e.kinds[6] IN ('number', 'integer') THEN series_private.cell_number(e.c6) END AS x6,
-                               CASE WHEN e.kinds[7] IN ('number', 'integer') THEN series_private.cell_number(e.c7) END AS x7,
-                               CASE WHEN e.kinds[8] IN ('number', 'integer') THEN series_private.cell_number(e.c8) END AS x8
+                               CASE WHEN e.k1 IN ('number', 'integer') THEN series_private.cell_number(e.c1) END AS x1,
+                               CASE WHEN e.k2 IN ('number', 'integer') THEN series_private.cell_number(e.c2) END AS x2,
+                               CASE WHEN e.k3 IN ('number', 'integer') THEN series_private.cell_number(e.c3) END AS x3,
+                               CASE WHEN e.k4 IN ('number', 'integer') THEN series_private.cell_number(e.c4) END AS x4,
+                               CASE WHEN e.k5 IN ('number', 'integer') THEN series_private.cell_number(e.c5) END AS x5,
+                               CASE WHEN e.k6 IN ('number', 'integer') THEN series_private.cell_number(e.c6) END AS x6,
+                               CASE WHEN e.k7 IN ('number', 'integer') THEN series_private.cell_number(e.c7) END AS x7,
+                               CASE WHEN e.k8 IN ('number', 'integer') THEN series_private.cell_number(e.c8) END AS x8
                         FROM (
-                            SELECT b.n, b.series_id, b.te, b.abs, b.tname, b.kinds, b.reqs, b.fnames, b.prefix, r.ord,
+                            SELECT b.n, b.series_id, b.te, b.abs, b.tname, b.reqs, b.fnames, b.prefix, r.ord,
+                                   b.k1, b.k2, b.k3, b.k4, b.k5, b.k6, b.k7, b.k8,
                                    r.row -> b.ti AS tc,
-                                   r.row -> b.idx[1] AS c1,
-                                   r.row -> b.idx[2] AS c2,
-                                   r.row -> b.idx[3] AS c3,
-                                   r.row -> b.idx[4] AS c4,
-                                   r.row -> b.idx[5] AS c5,
-                                   r.row -> b.idx[6] AS c6,
-                                   r.row -> b.idx[7] AS c7,
-                                   r.row -> b.idx[8] AS c8,
+                                   r.row -> b.i1 AS c1,
+                                   r.row -> b.i2 AS c2,
+                                   r.row -> b.i3 AS c3,
+                                   r.row -> b.i4 AS c4,
+                                   r.row -> b.i5 AS c5,
+                                   r.row -> b.i6 AS c6,
+                                   r.row -> b.i7 AS c7,
+                                   r.row -> b.i8 AS c8,
                                    CASE WHEN jsonb_typeof(r.row) <> 'array' THEN format('a point must be an array, not %s', jsonb_typeof(r.row))
                                         WHEN jsonb_array_length(r.row) <> b.nf
                                             THEN format('a point must have %s values (one per field), not %s', b.nf, jsonb_array_length(r.row))
                                    END AS bad
-                            FROM unnest(p_bodies) AS b
+                            -- Each body's kinds and column indexes as plain columns, read once per body
+                            -- rather than subscripted at every use in every point.
+                            FROM (SELECT u.*, u.kinds[1] AS k1, u.kinds[2] AS k2, u.kinds[3] AS k3, u.kinds[4] AS k4,
+                                         u.kinds[5] AS k5, u.kinds[6] AS k6, u.kinds[7] AS k7, u.kinds[8] AS k8,
+                                         u.idx[1] AS i1, u.idx[2] AS i2, u.idx[3] AS i3, u.idx[4] AS i4,
+                                         u.idx[5] AS i5, u.idx[6] AS i6, u.idx[7] AS i7, u.idx[8] AS i8
+                                  FROM unnest(p_bodies) AS u OFFSET 0) AS b
                             CROSS JOIN LATERAL jsonb_array_elements(b.points) WITH ORDINALITY AS r(row, ord)
                             OFFSET 0
                         ) e
