@@ -136,35 +136,44 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_struct CONSTANT text := '"points" matrix must contain correct data types according to series type';
+    -- The bodies' field kinds when they all share them (one body, or a batch of series of one
+    -- type): then a large call gets a plan of its own, in which the kinds are constants and the
+    -- positions no body uses fold away.
+    v_kinds  text[] := (SELECT min(u.kinds::text)::text[] FROM unnest(p_bodies) u HAVING count(DISTINCT u.kinds) = 1);
+    v_shared boolean := v_kinds IS NOT NULL;
 BEGIN
+    IF v_shared AND (SELECT sum(jsonb_array_length(u.points)) FROM unnest(p_bodies) u) > 2000 THEN
+        -- The function's SET restores the generic plan when it returns.
+        PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
+    END IF;
     WITH ins AS (
         INSERT INTO series.points AS p (series_id, at, n1, s1, t1, n2, s2, t2, n3, s3, t3, n4, s4, t4,
                                         n5, s5, t5, n6, s6, t6, n7, s7, t7, n8, s8, t8)
         SELECT DISTINCT ON (c.series_id, c.us) c.series_id, series_private.us_at(c.us),
-               CASE WHEN c.k1 = 'number' THEN series_private.scaled_n(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_n(c.c1, c.k1) END,
-               CASE WHEN c.k1 = 'number' THEN series_private.scaled_s(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_s(c.c1, c.k1) END,
-               series_private.cell_t(c.c1, c.k1),
-               CASE WHEN c.k2 = 'number' THEN series_private.scaled_n(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_n(c.c2, c.k2) END,
-               CASE WHEN c.k2 = 'number' THEN series_private.scaled_s(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_s(c.c2, c.k2) END,
-               series_private.cell_t(c.c2, c.k2),
-               CASE WHEN c.k3 = 'number' THEN series_private.scaled_n(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_n(c.c3, c.k3) END,
-               CASE WHEN c.k3 = 'number' THEN series_private.scaled_s(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_s(c.c3, c.k3) END,
-               series_private.cell_t(c.c3, c.k3),
-               CASE WHEN c.k4 = 'number' THEN series_private.scaled_n(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_n(c.c4, c.k4) END,
-               CASE WHEN c.k4 = 'number' THEN series_private.scaled_s(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_s(c.c4, c.k4) END,
-               series_private.cell_t(c.c4, c.k4),
-               CASE WHEN c.k5 = 'number' THEN series_private.scaled_n(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_n(c.c5, c.k5) END,
-               CASE WHEN c.k5 = 'number' THEN series_private.scaled_s(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_s(c.c5, c.k5) END,
-               series_private.cell_t(c.c5, c.k5),
-               CASE WHEN c.k6 = 'number' THEN series_private.scaled_n(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_n(c.c6, c.k6) END,
-               CASE WHEN c.k6 = 'number' THEN series_private.scaled_s(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_s(c.c6, c.k6) END,
-               series_private.cell_t(c.c6, c.k6),
-               CASE WHEN c.k7 = 'number' THEN series_private.scaled_n(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_n(c.c7, c.k7) END,
-               CASE WHEN c.k7 = 'number' THEN series_private.scaled_s(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_s(c.c7, c.k7) END,
-               series_private.cell_t(c.c7, c.k7),
-               CASE WHEN c.k8 = 'number' THEN series_private.scaled_n(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_n(c.c8, c.k8) END,
-               CASE WHEN c.k8 = 'number' THEN series_private.scaled_s(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_s(c.c8, c.k8) END,
-               series_private.cell_t(c.c8, c.k8)
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END) = 'number' THEN series_private.scaled_n(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_n(c.c1, (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END) = 'number' THEN series_private.scaled_s(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_s(c.c1, (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END)) END,
+               series_private.cell_t(c.c1, (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[2] ELSE c.k2 END) = 'number' THEN series_private.scaled_n(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_n(c.c2, (CASE WHEN v_shared THEN v_kinds[2] ELSE c.k2 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[2] ELSE c.k2 END) = 'number' THEN series_private.scaled_s(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_s(c.c2, (CASE WHEN v_shared THEN v_kinds[2] ELSE c.k2 END)) END,
+               series_private.cell_t(c.c2, (CASE WHEN v_shared THEN v_kinds[2] ELSE c.k2 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[3] ELSE c.k3 END) = 'number' THEN series_private.scaled_n(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_n(c.c3, (CASE WHEN v_shared THEN v_kinds[3] ELSE c.k3 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[3] ELSE c.k3 END) = 'number' THEN series_private.scaled_s(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_s(c.c3, (CASE WHEN v_shared THEN v_kinds[3] ELSE c.k3 END)) END,
+               series_private.cell_t(c.c3, (CASE WHEN v_shared THEN v_kinds[3] ELSE c.k3 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[4] ELSE c.k4 END) = 'number' THEN series_private.scaled_n(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_n(c.c4, (CASE WHEN v_shared THEN v_kinds[4] ELSE c.k4 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[4] ELSE c.k4 END) = 'number' THEN series_private.scaled_s(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_s(c.c4, (CASE WHEN v_shared THEN v_kinds[4] ELSE c.k4 END)) END,
+               series_private.cell_t(c.c4, (CASE WHEN v_shared THEN v_kinds[4] ELSE c.k4 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[5] ELSE c.k5 END) = 'number' THEN series_private.scaled_n(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_n(c.c5, (CASE WHEN v_shared THEN v_kinds[5] ELSE c.k5 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[5] ELSE c.k5 END) = 'number' THEN series_private.scaled_s(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_s(c.c5, (CASE WHEN v_shared THEN v_kinds[5] ELSE c.k5 END)) END,
+               series_private.cell_t(c.c5, (CASE WHEN v_shared THEN v_kinds[5] ELSE c.k5 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[6] ELSE c.k6 END) = 'number' THEN series_private.scaled_n(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_n(c.c6, (CASE WHEN v_shared THEN v_kinds[6] ELSE c.k6 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[6] ELSE c.k6 END) = 'number' THEN series_private.scaled_s(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_s(c.c6, (CASE WHEN v_shared THEN v_kinds[6] ELSE c.k6 END)) END,
+               series_private.cell_t(c.c6, (CASE WHEN v_shared THEN v_kinds[6] ELSE c.k6 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[7] ELSE c.k7 END) = 'number' THEN series_private.scaled_n(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_n(c.c7, (CASE WHEN v_shared THEN v_kinds[7] ELSE c.k7 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[7] ELSE c.k7 END) = 'number' THEN series_private.scaled_s(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_s(c.c7, (CASE WHEN v_shared THEN v_kinds[7] ELSE c.k7 END)) END,
+               series_private.cell_t(c.c7, (CASE WHEN v_shared THEN v_kinds[7] ELSE c.k7 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[8] ELSE c.k8 END) = 'number' THEN series_private.scaled_n(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_n(c.c8, (CASE WHEN v_shared THEN v_kinds[8] ELSE c.k8 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[8] ELSE c.k8 END) = 'number' THEN series_private.scaled_s(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_s(c.c8, (CASE WHEN v_shared THEN v_kinds[8] ELSE c.k8 END)) END,
+               series_private.cell_t(c.c8, (CASE WHEN v_shared THEN v_kinds[8] ELSE c.k8 END))
         FROM (
             SELECT w.*, max(w.sc1) OVER (PARTITION BY w.n) AS m1, max(w.sc2) OVER (PARTITION BY w.n) AS m2, max(w.sc3) OVER (PARTITION BY w.n) AS m3, max(w.sc4) OVER (PARTITION BY w.n) AS m4, max(w.sc5) OVER (PARTITION BY w.n) AS m5, max(w.sc6) OVER (PARTITION BY w.n) AS m6, max(w.sc7) OVER (PARTITION BY w.n) AS m7, max(w.sc8) OVER (PARTITION BY w.n) AS m8
             FROM (
@@ -179,25 +188,25 @@ BEGIN
                                 WHEN x.tn < 0 OR x.tn >= 100000000000 OR (x.abs AND round(x.tn * 1000000) < x.te)
                                     THEN format('%s %s is out of range: a point may not come before its event''s time', x.tname, left(x.tc::text, 40))
                                 ELSE coalesce(
-                                                  series_private.cell_problem(x.c1, x.x1, x.k1, x.reqs[1], x.fnames[1]),
-                                                  series_private.cell_problem(x.c2, x.x2, x.k2, x.reqs[2], x.fnames[2]),
-                                                  series_private.cell_problem(x.c3, x.x3, x.k3, x.reqs[3], x.fnames[3]),
-                                                  series_private.cell_problem(x.c4, x.x4, x.k4, x.reqs[4], x.fnames[4]),
-                                                  series_private.cell_problem(x.c5, x.x5, x.k5, x.reqs[5], x.fnames[5]),
-                                                  series_private.cell_problem(x.c6, x.x6, x.k6, x.reqs[6], x.fnames[6]),
-                                                  series_private.cell_problem(x.c7, x.x7, x.k7, x.reqs[7], x.fnames[7]),
-                                                  series_private.cell_problem(x.c8, x.x8, x.k8, x.reqs[8], x.fnames[8]))
+                                                  series_private.cell_problem(x.c1, x.x1, (CASE WHEN v_shared THEN v_kinds[1] ELSE x.k1 END), x.reqs[1], x.fnames[1]),
+                                                  series_private.cell_problem(x.c2, x.x2, (CASE WHEN v_shared THEN v_kinds[2] ELSE x.k2 END), x.reqs[2], x.fnames[2]),
+                                                  series_private.cell_problem(x.c3, x.x3, (CASE WHEN v_shared THEN v_kinds[3] ELSE x.k3 END), x.reqs[3], x.fnames[3]),
+                                                  series_private.cell_problem(x.c4, x.x4, (CASE WHEN v_shared THEN v_kinds[4] ELSE x.k4 END), x.reqs[4], x.fnames[4]),
+                                                  series_private.cell_problem(x.c5, x.x5, (CASE WHEN v_shared THEN v_kinds[5] ELSE x.k5 END), x.reqs[5], x.fnames[5]),
+                                                  series_private.cell_problem(x.c6, x.x6, (CASE WHEN v_shared THEN v_kinds[6] ELSE x.k6 END), x.reqs[6], x.fnames[6]),
+                                                  series_private.cell_problem(x.c7, x.x7, (CASE WHEN v_shared THEN v_kinds[7] ELSE x.k7 END), x.reqs[7], x.fnames[7]),
+                                                  series_private.cell_problem(x.c8, x.x8, (CASE WHEN v_shared THEN v_kinds[8] ELSE x.k8 END), x.reqs[8], x.fnames[8]))
                            END AS problem
                     FROM (
                         SELECT e.*, series_private.cell_number(e.tc) AS tn,
-                               CASE WHEN e.k1 IN ('number', 'integer') THEN series_private.cell_number(e.c1) END AS x1,
-                               CASE WHEN e.k2 IN ('number', 'integer') THEN series_private.cell_number(e.c2) END AS x2,
-                               CASE WHEN e.k3 IN ('number', 'integer') THEN series_private.cell_number(e.c3) END AS x3,
-                               CASE WHEN e.k4 IN ('number', 'integer') THEN series_private.cell_number(e.c4) END AS x4,
-                               CASE WHEN e.k5 IN ('number', 'integer') THEN series_private.cell_number(e.c5) END AS x5,
-                               CASE WHEN e.k6 IN ('number', 'integer') THEN series_private.cell_number(e.c6) END AS x6,
-                               CASE WHEN e.k7 IN ('number', 'integer') THEN series_private.cell_number(e.c7) END AS x7,
-                               CASE WHEN e.k8 IN ('number', 'integer') THEN series_private.cell_number(e.c8) END AS x8
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[1] ELSE e.k1 END) IN ('number', 'integer') THEN series_private.cell_number(e.c1) END AS x1,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[2] ELSE e.k2 END) IN ('number', 'integer') THEN series_private.cell_number(e.c2) END AS x2,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[3] ELSE e.k3 END) IN ('number', 'integer') THEN series_private.cell_number(e.c3) END AS x3,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[4] ELSE e.k4 END) IN ('number', 'integer') THEN series_private.cell_number(e.c4) END AS x4,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[5] ELSE e.k5 END) IN ('number', 'integer') THEN series_private.cell_number(e.c5) END AS x5,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[6] ELSE e.k6 END) IN ('number', 'integer') THEN series_private.cell_number(e.c6) END AS x6,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[7] ELSE e.k7 END) IN ('number', 'integer') THEN series_private.cell_number(e.c7) END AS x7,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[8] ELSE e.k8 END) IN ('number', 'integer') THEN series_private.cell_number(e.c8) END AS x8
                         FROM (
                             SELECT b.n, b.series_id, b.te, b.abs, b.tname, b.reqs, b.fnames, b.prefix, r.ord,
                                    b.k1, b.k2, b.k3, b.k4, b.k5, b.k6, b.k7, b.k8,
