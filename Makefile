@@ -24,12 +24,12 @@ TIMESCALEDB_SRC ?= $(lastword $(shell ls -v ../*/timescaledb/timescaledb-*.tar.g
 # apt-get waits this long for another apt or dpkg run to finish.
 APT_GET    := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 
-.PHONY: run test build deps deps-pg deps-partman deps-plpython deps-timescaledb deps-lint deps-go sqlc generate sqlc-check vet fmt-check bench fuzz clean
+.PHONY: run test build deps deps-pg deps-partman deps-plpython deps-timescaledb deps-lint deps-mqtt deps-go sqlc generate sqlc-check vet fmt-check bench fuzz clean
 
 run: deps build
 	./$(SILO) up
 
-test: deps deps-lint build vet fmt-check sqlc-check
+test: deps deps-lint deps-mqtt build vet fmt-check sqlc-check
 	./$(SILO) tempdb -- $(GO) test -count=1 -timeout 15m ./...
 
 build: deps-go
@@ -75,6 +75,18 @@ deps-partman: deps-pg
 			$(APT_GET) update -qq && $(APT_GET) install -y -qq postgresql-$$ver-partman; \
 		else \
 			echo "pg_partman is missing: install Debian's postgresql-$$ver-partman package (Silo's native time partitioning)"; exit 1; \
+		fi; \
+	fi
+
+# mosquitto_pub and mosquitto_sub, the MQTT clients of the README's examples (run by make test):
+# Debian's mosquitto-clients, as root; without it (not root) the README test fails where it uses them.
+deps-mqtt:
+	@if ! command -v mosquitto_pub >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "installing mosquitto-clients (Debian package)"; \
+			$(APT_GET) update -qq && $(APT_GET) install -y -qq mosquitto-clients; \
+		else \
+			echo "mosquitto_pub is missing: install Debian's mosquitto-clients package (the README's MQTT examples)"; exit 1; \
 		fi; \
 	fi
 

@@ -32,6 +32,8 @@
 //	series_ingest.go    10. high-frequency series: flatJSON and seriesBatch ingest next to COPY, a
 //	                     1,000,000-point read next to COPY TO, bytes per point compressed and not
 //	                     (SILO_BENCH_ONLY=series; series-ingest or series-store for a part)
+//	transport_ingest.go 11. series over MQTT (TLS, QoS 1) and websocket appends next to HTTP,
+//	                     1,000-point bodies from 4 clients (SILO_BENCH_ONLY=transport)
 //
 // A workload file registers its workload in an init function with register: its position in the
 // run and the SILO_BENCH_ONLY values that select it. SILO_BENCH_ONLY=apply runs workload 1 alone;

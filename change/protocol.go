@@ -39,6 +39,11 @@ import (
 //	{"type":"subscribe","channels":["profile:customer:42","profile:contract:*"],"after":N,"debounce_ms":200}
 //	{"type":"unsubscribe","channels":[...]}
 //
+// and the requests the transport serves on the connection (Identity.Requests: GET /{username}/ws
+// takes series appends), each answered by the transport's handler with a message of its own
+// (an acknowledgement or an error carrying the client's id), written behind the changes already
+// taken into the output.
+//
 // Each connection has a position: the id of the last change written to it, or, before the first,
 // the after it was opened with (or the end of the change log when it was opened without one).
 // Whenever channels are added, the connection catches up from the change log (api.changes_since)

@@ -1,11 +1,13 @@
 package change
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,7 +28,19 @@ type Identity struct {
 	// error wrapping ErrRevoked closes the connection (4001); any other error (the check could not
 	// be made) keeps it. nil: never checked again.
 	Reauthenticate func(context.Context) error
+	// Requests are the message types the transport serves on the connection besides subscribe
+	// and unsubscribe (a write, such as a series append), by type. A handler gets the whole
+	// message and returns the JSON object to send back (an acknowledgement or an error, carrying
+	// the client's id); it runs on a goroutine of its own, at most MaxRequests at once per
+	// connection (the reader waits for a free slot), so writes from one client are pipelined and
+	// changes flow meanwhile. Answers may come in another order than their requests.
+	Requests map[string]func(ctx context.Context, msg []byte) []byte
+	// ReadLimit is the largest message the client may send, in bytes (0: 64 KiB).
+	ReadLimit int64
 }
+
+// MaxRequests is how many requests (Identity.Requests) of one connection run at once.
+const MaxRequests = 8
 
 // ErrRevoked is what Identity.Reauthenticate returns once the identity is no longer valid.
 var ErrRevoked = errors.New("access token no longer valid")
@@ -65,6 +79,14 @@ type session struct {
 	c      *client
 	reauth func(context.Context) error
 	ctrl   chan clientMessage
+	// requests and their answers (Identity.Requests): the reader starts them, the writer sends
+	// what they answer.
+	requests  map[string]func(context.Context, []byte) []byte
+	readLimit int64
+	answers   chan []byte
+	slots     chan struct{}
+	reqCtx    context.Context
+	reqCancel context.CancelFunc
 	// readerDone is closed when the reader goroutine ends (the client went away or sent garbage).
 	readerDone chan struct{}
 	writerDone chan struct{}
@@ -95,7 +117,13 @@ func (h *Hub) Serve(conn *websocket.Conn, id Identity, opts SessionOptions) {
 	}
 	defer h.conns.Done()
 	s := &session{h: h, c: c, reauth: id.Reauthenticate, ctrl: make(chan clientMessage), readerDone: make(chan struct{}),
-		writerDone: make(chan struct{}), subs: map[string]time.Duration{}, seen: start, written: start}
+		writerDone: make(chan struct{}), subs: map[string]time.Duration{}, seen: start, written: start,
+		requests: id.Requests, readLimit: cmp.Or(id.ReadLimit, 64<<10), answers: make(chan []byte, MaxRequests),
+		slots: make(chan struct{}, MaxRequests)}
+	// A request still running when the connection ends is not waited for: its client, which got
+	// no answer, sends it again (with an idempotency key, it is not applied twice).
+	s.reqCtx, s.reqCancel = context.WithCancel(h.ctx)
+	defer s.reqCancel()
 	go s.readPump()
 	code, reason := s.run(opts)
 	close(s.writerDone)
@@ -116,7 +144,7 @@ func (h *Hub) Serve(conn *websocket.Conn, id Identity, opts SessionOptions) {
 func (s *session) readPump() {
 	defer close(s.readerDone)
 	conn, wait := s.c.conn, s.h.cfg.PongWait
-	conn.SetReadLimit(64 << 10)
+	conn.SetReadLimit(s.readLimit)
 	_ = conn.SetReadDeadline(time.Now().Add(wait))
 	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(wait)) })
 	for {
@@ -128,6 +156,22 @@ func (s *session) readPump() {
 		var m clientMessage
 		if err := json.Unmarshal(data, &m); err != nil {
 			m = clientMessage{bad: "a message must be a JSON object such as {\"type\":\"subscribe\",\"channels\":[\"dead-letters\"]}"}
+		}
+		if handle, ok := s.requests[m.Type]; ok && m.bad == "" {
+			select {
+			case s.slots <- struct{}{}:
+			case <-s.writerDone:
+				return
+			}
+			go func() {
+				answer := handle(s.reqCtx, data)
+				<-s.slots
+				select {
+				case s.answers <- answer:
+				case <-s.writerDone:
+				}
+			}()
+			continue
 		}
 		select {
 		case s.ctrl <- m:
@@ -182,6 +226,10 @@ func (s *session) run(opts SessionOptions) (int, string) {
 			return s.c.kickCode, s.resumeReason(s.c.kickWhy)
 		case <-s.readerDone:
 			return 0, ""
+		case a := <-s.answers:
+			if err := s.reply(json.RawMessage(a)); err != nil {
+				return s.failed(err)
+			}
 		case m := <-s.ctrl:
 			var err error
 			switch {
@@ -192,7 +240,7 @@ func (s *session) run(opts SessionOptions) (int, string) {
 			case m.Type == "unsubscribe":
 				err = s.unsubscribe(m)
 			default:
-				err = s.writeError("invalid-request-structure", fmt.Sprintf("unknown message type %q: subscribe or unsubscribe", m.Type), nil)
+				err = s.writeError("invalid-request-structure", fmt.Sprintf("unknown message type %q: %s", m.Type, s.knownTypes()), nil)
 			}
 			if err != nil {
 				return s.failed(err)
@@ -222,6 +270,16 @@ func (s *session) run(opts SessionOptions) (int, string) {
 			}
 		}
 	}
+}
+
+// knownTypes lists the message types the connection takes, for an error message.
+func (s *session) knownTypes() string {
+	types := []string{"subscribe", "unsubscribe"}
+	for t := range s.requests {
+		types = append(types, t)
+	}
+	slices.Sort(types[2:])
+	return strings.Join(types[:len(types)-1], ", ") + " or " + types[len(types)-1]
 }
 
 func (s *session) resumeReason(why string) string {

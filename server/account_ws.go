@@ -21,7 +21,8 @@ import (
 // The token comes as on the other account routes. The session is GET /ws's (package change), with
 // the identity of the access: its readers are the user's reader role {account:<username>}, so it
 // sees the changes published on account:<username>:* and nothing else. Without a channel it
-// subscribes to account:<username>:* (events and streams).
+// subscribes to account:<username>:* (events and streams). The same connection takes series
+// appends under the access's permissions (transport.go: series.append, series.batch).
 func (s *server) accountWS(w http.ResponseWriter, r *http.Request) {
 	if s.hub == nil || !s.hub.Ready() {
 		writeError(w, http.StatusServiceUnavailable, "not-available", "this process does not serve change notifications (yet)", nil)
@@ -60,7 +61,8 @@ func (s *server) accountWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the upgrader has answered
 	}
-	s.hub.Serve(conn, change.Identity{Readers: row.Readers, Reauthenticate: s.accountCheck(username, token)}, opts)
+	s.hub.Serve(conn, change.Identity{Readers: row.Readers, Reauthenticate: s.accountCheck(username, token),
+		Requests: s.wsSeriesRequests(row.AccessID), ReadLimit: s.maxBody}, opts)
 }
 
 // accountCheck checks again, for a connection that outlives its request, that the access is still

@@ -89,7 +89,8 @@ func (s *server) changeWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the upgrader has answered
 	}
-	s.hub.Serve(conn, change.Identity{Readers: id.Readers, Admin: id.IsAdmin, Reauthenticate: s.tokenCheck(token)}, opts)
+	s.hub.Serve(conn, change.Identity{Readers: id.Readers, Admin: id.IsAdmin, Reauthenticate: s.tokenCheck(token),
+		Requests: wsSeriesElsewhere()}, opts)
 }
 
 // tokenCheck checks again, for a connection that outlives its request, that token is valid (the

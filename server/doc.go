@@ -4,11 +4,15 @@
 //
 // The files form layers; a file uses only the files below it:
 //
+//	mqtt.go                        NewWithMQTT: the route table and the MQTT broker (series
+//	                               appends over MQTT 3.1.1 and 5)
 //	routes.go                      New: the route table
 //	profile.go, profile_updater.go, the handlers, one domain each (<domain>*.go)
 //	change_ws.go, health.go,
 //	account_batch.go               Pryv's batch call (POST /{username}/)
 //	account.go, account_ws.go
+//	transport.go                   series appends by MQTT and websocket messages, through the
+//	                               series routes' joiner
 //	router.go                      Silo's own routes and the account routes (/{username}/...)
 //	                               on two muxes, and the JSON 404 and 405
 //	account_meta.go                Pryv's meta on every answer of the account routes
@@ -27,4 +31,6 @@
 // starts and stops the hub with the process and passes it in Config.Hub.
 //
 // New returns the http.Handler; the caller owns the http.Server and its graceful shutdown.
+// NewWithMQTT also returns the MQTT broker, which the caller serves on a listener it opened (TLS,
+// or plain on loopback: cmd/silo decides) and closes at shutdown.
 package server

@@ -162,3 +162,18 @@ func init() {
 	registerError("40001", http.StatusServiceUnavailable, "concurrent-update") // serialization_failure (after retries)
 	registerError("57014", http.StatusServiceUnavailable, "request-timeout")   // query_canceled (statement timeout)
 }
+
+// registeredID tells whether id is the error id of a registered SQLSTATE (or unknown-resource).
+func registeredID(id string) bool {
+	if id == "unknown-resource" {
+		return true
+	}
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	for _, d := range registry {
+		if d.ID == id {
+			return true
+		}
+	}
+	return false
+}

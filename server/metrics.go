@@ -27,6 +27,8 @@ type metrics struct {
 	// updates.
 	batchSeconds *prometheus.HistogramVec
 	batchUpdates prometheus.Histogram
+	// Series appends by MQTT and websocket messages (transport.go).
+	transport transportMetrics
 }
 
 // profileOperations are the 21 operations of profile updates (profile_private.op_class in
@@ -98,7 +100,9 @@ func newMetrics(pool *pgxpool.Pool, registry *prometheus.Registry) *metrics {
 	for _, o := range []string{"ok", "error"} {
 		m.batchSeconds.WithLabelValues(o)
 	}
+	m.transport = newTransportMetrics()
 	m.registry.MustRegister(m.requests, m.duration, m.updates.vec, m.batchSeconds, m.batchUpdates,
+		m.transport.messages, m.transport.points, m.transport.rejects, m.transport.mqttConns, m.transport.mqttConnects,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
 		m.registry.MustRegister(poolCollector{pool})
@@ -184,4 +188,55 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(poolTotal, prometheus.GaugeValue, float64(st.MaxConns()), "max")
 	ch <- prometheus.MustNewConstMetric(poolAcquires, prometheus.CounterValue, float64(st.AcquireCount()))
 	ch <- prometheus.MustNewConstMetric(poolWait, prometheus.CounterValue, st.AcquireDuration().Seconds())
+}
+
+// transportMetrics count the series appends of MQTT and websocket messages. Their labels come
+// from closed sets: the transport (mqtt, websocket), and a reject's reason, which is an error id of
+// the registry (errors.go), or one of rejectReasons.
+type transportMetrics struct {
+	messages     *prometheus.CounterVec // applied messages, by transport
+	points       *prometheus.CounterVec // their points
+	rejects      *prometheus.CounterVec // refused messages, by transport and reason
+	mqttConns    prometheus.Gauge       // MQTT clients connected now
+	mqttConnects *prometheus.CounterVec // MQTT connection attempts, by result
+}
+
+// rejectReasons are the reasons of a refused message that are not error ids of the registry.
+var rejectReasons = []string{"invalid-request-structure", "invalid-topic", UnavailableID, "unexpected-error", "too-large"}
+
+func newTransportMetrics() transportMetrics {
+	m := transportMetrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "silo_series_transport_messages_total",
+			Help: "Series append messages applied, by transport (mqtt, websocket); rate() gives messages per second."}, []string{"transport"}),
+		points: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "silo_series_transport_points_total",
+			Help: "Points of the series append messages applied, by transport (mqtt, websocket); rate() gives points per second."}, []string{"transport"}),
+		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "silo_series_transport_rejects_total",
+			Help: "Series append messages refused, by transport (mqtt, websocket) and reason (the error id of the answer)."}, []string{"transport", "reason"}),
+		mqttConns: prometheus.NewGauge(prometheus.GaugeOpts{Name: "silo_mqtt_connections",
+			Help: "MQTT clients connected to this process."}),
+		mqttConnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "silo_mqtt_connects_total",
+			Help: "MQTT connection attempts, by result (ok, refused: bad username or token, unavailable: the database could not check)."}, []string{"result"}),
+	}
+	for _, t := range []string{"mqtt", "websocket"} {
+		m.messages.WithLabelValues(t)
+		m.points.WithLabelValues(t)
+	}
+	for _, r := range []string{"ok", "refused", "unavailable"} {
+		m.mqttConnects.WithLabelValues(r)
+	}
+	return m
+}
+
+// add counts one applied message of points points.
+func (m transportMetrics) add(transport string, points int) {
+	m.messages.WithLabelValues(transport).Inc()
+	m.points.WithLabelValues(transport).Add(float64(points))
+}
+
+// reject counts one refused message; a reason outside the closed sets counts as unexpected-error.
+func (m transportMetrics) reject(transport, reason string) {
+	if !slices.Contains(rejectReasons, reason) && !registeredID(reason) {
+		reason = "unexpected-error"
+	}
+	m.rejects.WithLabelValues(transport, reason).Inc()
 }

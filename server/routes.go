@@ -12,6 +12,11 @@ import (
 
 // New returns Silo's HTTP API: the route table.
 func New(cfg Config) http.Handler {
+	return newServer(cfg).routes()
+}
+
+// newServer makes what the HTTP API and the MQTT broker share: the pool, the metrics, the joiners.
+func newServer(cfg Config) *server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -35,7 +40,11 @@ func New(cfg Config) http.Handler {
 	s.seriesJoin = newJoiner(func(ctx context.Context, _ struct{}, requests []byte) ([]db.SeriesAppendRequestsRow, error) {
 		return s.q.SeriesAppendRequests(ctx, requests)
 	}, func(r db.SeriesAppendRequestsRow) int32 { return r.Request })
+	return s
+}
 
+// routes is the route table.
+func (s *server) routes() http.Handler {
 	rt := newRouter(s.instrument)
 	route := func(pattern string, h http.HandlerFunc) {
 		rt.handle(pattern, s.instrument(pattern, h))

@@ -39,6 +39,8 @@ func cleanEnv(env ...string) []string {
 		}
 		out = append(out, kv)
 	}
+	// No MQTT broker unless a test asks for one: the default address (:8883) is one per machine.
+	out = append(out, "SILO_MQTT_ADDR=off")
 	return append(out, env...)
 }
 
@@ -92,7 +94,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"up", "-h"}, []string{"Usage: silo up"}},
 		{[]string{"migrate", "--help"}, []string{"Usage: silo migrate", "DATABASE_URL", "SILO_DATA_DIR", "SILO_PG_BIN"}},
 		{[]string{"migrate", "-h"}, []string{"Usage: silo migrate"}},
-		{[]string{"serve", "--help"}, []string{"Usage: silo serve", "DATABASE_URL", "SILO_ADDR"}},
+		{[]string{"serve", "--help"}, []string{"Usage: silo serve", "DATABASE_URL", "SILO_ADDR", "SILO_MQTT_ADDR", "SILO_MQTT_CERT", "SILO_MQTT_PLAIN"}},
 		{[]string{"work", "-h"}, []string{"Usage: silo work", "DATABASE_URL", "SILO_METRICS_ADDR", "SILO_UPDATER_WORKERS"}},
 		{[]string{"work", "--help"}, []string{"Usage: silo work"}},
 		{[]string{"token", "--help"}, []string{"Usage: silo token", "silo token create", "silo token revoke"}},
@@ -158,6 +160,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"tempdb"}, "tempdb needs a command", "Usage: silo tempdb"},
 		{[]string{"tempdb", "--bogus", "true"}, "flag provided but not defined: -bogus", "Usage: silo tempdb"},
 		{[]string{"help", "frob"}, `unknown command "frob"`, "Usage: silo help"},
+		{[]string{"ws"}, "ws needs one URL", "Usage: silo ws"},
+		{[]string{"ws", "-H", "no-colon", "ws://localhost:1/"}, `-H "no-colon": want 'Name: value'`, "Usage: silo ws"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := runSilo(t, bin, env, 10*time.Second, tc.args...)
@@ -232,6 +236,12 @@ func TestStartupFailsFast(t *testing.T) {
 			[]string{"DATABASE_URL", "cannot connect"}},
 		{"SILO_PG_BIN without postgres", []string{"migrate"}, []string{"SILO_PG_BIN=/nonexistent"},
 			[]string{"SILO_PG_BIN=/nonexistent holds no postgres binary"}},
+		{"SILO_MQTT_ADDR in use", []string{"serve"}, []string{"SILO_ADDR=" + freeAddr(t), "SILO_MQTT_ADDR=" + taken.Addr().String(), "DATABASE_URL=" + dbURL},
+			[]string{"SILO_MQTT_ADDR=" + taken.Addr().String(), "already in use"}},
+		{"plain MQTT off loopback", []string{"serve"}, []string{"SILO_ADDR=" + freeAddr(t), "SILO_MQTT_ADDR=0.0.0.0:18830", "SILO_MQTT_PLAIN=1", "DATABASE_URL=" + dbURL},
+			[]string{"SILO_MQTT_PLAIN=1", "loopback address only"}},
+		{"MQTT certificate without key", []string{"up"}, []string{"SILO_ADDR=" + freeAddr(t), "SILO_MQTT_ADDR=127.0.0.1:18831", "SILO_MQTT_CERT=/etc/hostname", "DATABASE_URL=" + dbURL},
+			[]string{"SILO_MQTT_CERT and SILO_MQTT_KEY go together"}},
 		{"DATABASE_URL malformed", []string{"serve"}, []string{"SILO_ADDR=" + freeAddr(t), "DATABASE_URL=postgres://silo:s3cret@host:notaport/silo"},
 			[]string{"DATABASE_URL is not a valid PostgreSQL connection string", "invalid port"}},
 	} {

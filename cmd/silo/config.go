@@ -33,6 +33,9 @@ type config struct {
 	metricsAddr         string
 	dbMaxConns          int32  // 0: pool_max_conns of DATABASE_URL, else pgxpool's default
 	appName             string // application_name of the pool's connections: "silo <command>"
+	mqttAddr            string // "": no MQTT broker
+	mqttCert, mqttKey   string // PEM files; both empty: the self-signed pair in the data directory
+	mqttPlain           bool   // plain TCP instead of TLS (loopback addresses only)
 }
 
 // maxDBMaxConns bounds SILO_DB_MAX_CONNS: more is a typing mistake (PostgreSQL's own
@@ -95,6 +98,9 @@ func loadConfig() (config, error) {
 			return cfg, fmt.Errorf("SILO_DB_MAX_CONNS: not a number from %d to %d: %q", minDBMaxConns, maxDBMaxConns, v)
 		}
 		cfg.dbMaxConns = int32(n)
+	}
+	if err := cfg.loadMQTT(); err != nil {
+		return cfg, err
 	}
 	if v := os.Getenv("SILO_REAPER_BUDGET"); v != "" {
 		d, err := time.ParseDuration(v)

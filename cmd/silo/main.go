@@ -147,6 +147,8 @@ func dispatch(args []string, stdout io.Writer) error {
 		return withEnv(cmd, func(ctx context.Context, cfg config, logger *slog.Logger) error {
 			return cmdPsqlRun(ctx, cfg, logger, psqlArgs)
 		})
+	case cmdWS:
+		return cmdWSRun(rest, stdout)
 	case cmdTempDB:
 		fs, help, err := parse(cmd, rest, stdout, true)
 		if help || err != nil {

@@ -65,7 +65,7 @@ func TestCommands(t *testing.T) {
 
 	t.Run("up serves, migrates, and stops on SIGTERM", func(t *testing.T) {
 		addr := freeAddr(t)
-		env := append(os.Environ(), "DATABASE_URL="+dbtest.URL(t), "SILO_ADDR="+addr)
+		env := append(os.Environ(), "DATABASE_URL="+dbtest.URL(t), "SILO_ADDR="+addr, "SILO_MQTT_ADDR=off")
 		up := exec.Command(bin, "up")
 		up.Env = env
 		require.NoError(t, up.Start())

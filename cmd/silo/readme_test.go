@@ -23,7 +23,8 @@ package main
 //   - Shell blocks run with bash in a scratch directory holding bin/silo (built from this tree),
 //     each block starting there, with the variables and functions of the blocks before it.
 //     DATABASE_URL names the test's database, and every localhost:8080 becomes the address of the
-//     test's Silo (`silo up`, started before the first block). A `silo` found on the PATH fails:
+//     test's Silo (`silo up`, started before the first block), and every -p 8883 (mosquitto_pub's
+//     port) the port of its MQTT broker. A `silo` found on the PATH fails:
 //     the README calls bin/silo, what `make run` builds.
 //   - SQL blocks run through `bin/silo psql -X -v ON_ERROR_STOP=1 -f <block>` on the same database,
 //     so command tags (UPDATE 1, CALL) are part of their output, as in psql.
@@ -33,6 +34,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -201,7 +203,9 @@ func TestReadme(t *testing.T) {
 
 	bin := buildSilo(t)
 	dbURL := dbtest.URL(t)
-	addr := freeAddr(t)
+	addr, mqttAddr := freeAddr(t), freeAddr(t)
+	_, mqttPort, err := net.SplitHostPort(mqttAddr)
+	require.NoError(t, err)
 	dir := t.TempDir()
 	work := filepath.Join(dir, "work") // the user's checkout: bin/silo
 	require.NoError(t, os.MkdirAll(filepath.Join(work, "bin"), 0o755))
@@ -233,7 +237,7 @@ func TestReadme(t *testing.T) {
 	require.NoError(t, err)
 	defer upLog.Close()
 	up := exec.Command(bin, "up")
-	up.Env = append(env, "SILO_ADDR="+addr)
+	up.Env = append(env, "SILO_ADDR="+addr, "SILO_MQTT_ADDR="+mqttAddr)
 	up.Stdout, up.Stderr = upLog, upLog
 	require.NoError(t, up.Start())
 	upDone := make(chan struct{})
@@ -255,7 +259,7 @@ func TestReadme(t *testing.T) {
 	waitReady(t, addr, upDone)
 
 	for i, b := range blocks {
-		code := strings.ReplaceAll(b.code, "localhost:8080", addr)
+		code := strings.ReplaceAll(strings.ReplaceAll(b.code, "localhost:8080", addr), "-p 8883", "-p "+mqttPort)
 		file := filepath.Join(dir, fmt.Sprintf("block-%03d.%s", i, b.lang))
 		require.NoError(t, os.WriteFile(file, []byte(code), 0o644))
 		var cmd *exec.Cmd

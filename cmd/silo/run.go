@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,13 +28,31 @@ import (
 // The listen addresses are taken first, before the database is opened and anything starts: an
 // address in use fails the start with one line, and no worker runs in the meantime.
 func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bool) error {
-	var apiLn, metricsLn net.Listener
+	var apiLn, metricsLn, mqttLn net.Listener
 	var err error
 	if serve {
 		if apiLn, err = listen("SILO_ADDR", cfg.addr); err != nil {
 			return err
 		}
 		defer apiLn.Close()
+		if cfg.mqttAddr != "" {
+			if mqttLn, err = listen("SILO_MQTT_ADDR", cfg.mqttAddr); err != nil {
+				return err
+			}
+			defer mqttLn.Close()
+			if !cfg.mqttPlain {
+				tc, fingerprint, created, err := mqttTLS(cfg)
+				if err != nil {
+					return err
+				}
+				if created {
+					cert, _ := mqttSelfSignedFiles(cfg.dataDir)
+					logger.Info("made a self-signed certificate for the MQTT broker", "file", cert)
+				}
+				logger.Info("MQTT TLS certificate", "sha256_fingerprint", fingerprint)
+				mqttLn = tls.NewListener(mqttLn, tc)
+			}
+		}
 	}
 	if work && !serve && cfg.metricsAddr != "" {
 		if metricsLn, err = listen("SILO_METRICS_ADDR", cfg.metricsAddr); err != nil {
@@ -105,10 +124,20 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 				return err
 			}
 			stops = append([]func(context.Context) error{hub.Stop}, stops...)
-			handler := server.New(server.Config{Pool: pool, Logger: logger, Version: version(), Registry: registry, Hub: hub})
+			handler, broker, err := server.NewWithMQTT(server.Config{Pool: pool, Logger: logger, Version: version(), Registry: registry, Hub: hub})
+			if err != nil {
+				return err
+			}
 			// Stop taking requests, then close the websockets (each told where to resume).
 			stops = append([]func(context.Context) error{serveOn(apiLn, handler, errc)}, stops...)
 			logger.Info("HTTP API listening", "addr", cfg.addr)
+			if mqttLn != nil {
+				if err := broker.Serve(mqttLn); err != nil {
+					return err
+				}
+				stops = append([]func(context.Context) error{func(context.Context) error { return broker.Close() }}, stops...)
+				logger.Info("MQTT broker listening", "addr", mqttLn.Addr().String(), "tls", !cfg.mqttPlain)
+			}
 		}
 
 		select {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // command is one command of the CLI: what `silo help` lists and `silo COMMAND --help` prints.
@@ -43,13 +44,21 @@ var envDocs = map[string]string{
 		"listener (up, work)",
 	"SILO_METRICS_ADDR":   "where silo work serves /metrics (default unset: not served; silo up\nand silo serve serve it on SILO_ADDR)",
 	"SILO_TEMPDB_DURABLE": "set: the throw-away cluster keeps fsync and synchronous commit on (benchmarks)",
+	"SILO_MQTT_ADDR": "MQTT broker listen address, host:port (default :8883; off: no broker):\n" +
+		"series appends over MQTT 3.1.1 and 5, TLS unless SILO_MQTT_PLAIN",
+	"SILO_MQTT_CERT": "the MQTT broker's TLS certificate, a PEM file (with SILO_MQTT_KEY; both unset:\n" +
+		"a self-signed pair made once in $SILO_DATA_DIR/mqtt-cert.pem and mqtt-key.pem,\n" +
+		"its SHA-256 fingerprint logged at start)",
+	"SILO_MQTT_KEY":   "the MQTT broker's TLS private key, a PEM file (with SILO_MQTT_CERT)",
+	"SILO_MQTT_PLAIN": "1: the MQTT broker takes plain TCP, no TLS; allowed only when SILO_MQTT_ADDR\nis a loopback address (127.0.0.1, [::1], localhost)",
 }
 
 var (
 	dbEnv  = []string{"DATABASE_URL", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS"}
 	allEnv = []string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
 		"SILO_DEAD_LETTER_RETENTION", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS",
-		"SILO_METRICS_ADDR", "SILO_TEMPDB_DURABLE"}
+		"SILO_METRICS_ADDR", "SILO_TEMPDB_DURABLE", "SILO_MQTT_ADDR", "SILO_MQTT_CERT", "SILO_MQTT_KEY", "SILO_MQTT_PLAIN"}
+	mqttEnv = []string{"SILO_MQTT_ADDR", "SILO_MQTT_CERT", "SILO_MQTT_KEY", "SILO_MQTT_PLAIN"}
 )
 
 const embeddedNote = `With DATABASE_URL unset, the embedded cluster in $SILO_DATA_DIR/pg is started (initdb on
@@ -63,13 +72,14 @@ var (
 		name: "up", summary: "embedded database if needed, migrate, HTTP API and workers",
 		synopsis: "silo up",
 		about: `Runs all of Silo in one process: migrates the database (as silo migrate), then serves the
-HTTP API and websocket changes on SILO_ADDR (with /metrics, /healthz, /readyz) and runs the
-River workers, the profile updater and the belt workers, until SIGINT or SIGTERM. SILO_ADDR is taken before
-anything starts: an address in use or malformed fails at once.
+HTTP API and websocket changes on SILO_ADDR (with /metrics, /healthz, /readyz), series
+appends over MQTT on SILO_MQTT_ADDR, and runs the River workers, the profile updater and the belt
+workers, until SIGINT or SIGTERM. SILO_ADDR and SILO_MQTT_ADDR are taken before anything starts:
+an address in use or malformed fails at once.
 
 ` + embeddedNote,
-		env: []string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
-			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION"},
+		env: append([]string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
+			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION"}, mqttEnv...),
 	}
 	cmdMigrate = &command{
 		name: "migrate", summary: "apply migrations and rebuild schema api",
@@ -84,11 +94,11 @@ files changed. Idempotent, and safe to run from several processes at once.
 		name: "serve", summary: "HTTP API only",
 		synopsis: "silo serve",
 		about: `Serves the HTTP API and websocket changes on SILO_ADDR (with /metrics, /healthz, /readyz)
-until SIGINT or SIGTERM; runs no workers and does not migrate. Any number may run against one
-database.
+and series appends over MQTT on SILO_MQTT_ADDR until SIGINT or SIGTERM; runs no workers and
+does not migrate. Any number may run against one database.
 
 ` + embeddedNote,
-		env: []string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS"},
+		env: append([]string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS"}, mqttEnv...),
 	}
 	cmdWork = &command{
 		name: "work", summary: "workers only (River, profile updater, belts)",
@@ -177,7 +187,19 @@ was built from, its time, and "dirty" when the work tree had changes. silo --ver
 		synopsis: "silo help [COMMAND [SUBCOMMAND]]",
 		about:    "Lists the commands, or prints the usage of one (as silo COMMAND --help does).",
 	}
-	commands = []*command{cmdUp, cmdMigrate, cmdServe, cmdWork, cmdToken, cmdUser, cmdPsql, cmdTempDB, cmdVersion, cmdHelp}
+	cmdWS = &command{
+		name: "ws", summary: "a websocket client for scripts: stdin lines out, messages in",
+		synopsis: "silo ws [-H 'Name: value']... [--wait DURATION] URL",
+		about: `Connects to a websocket (ws:// or wss://, e.g. GET /{username}/ws), sends each line of stdin
+as one text message and prints every message received, one per line. Ends when stdin has ended
+and every message sent with an "id" member has its answer (a message with the same "id"), or
+fails when --wait passes first or the connection ends.`,
+		flags: func(fs *flag.FlagSet) {
+			fs.Var(&headerFlags{}, "H", "a request `header`, 'Name: value' (repeatable), e.g. -H \"Authorization: $TOKEN\"")
+			fs.Duration("wait", 30*time.Second, "how long answers are awaited once stdin has ended")
+		},
+	}
+	commands = []*command{cmdUp, cmdMigrate, cmdServe, cmdWork, cmdToken, cmdUser, cmdPsql, cmdTempDB, cmdWS, cmdVersion, cmdHelp}
 )
 
 func findCommand(name string) *command {
@@ -216,6 +238,9 @@ func (c *command) usage() string {
 	fs.VisitAll(func(f *flag.Flag) {
 		name, text := flag.UnquoteUsage(f)
 		left := "--" + f.Name
+		if len(f.Name) == 1 {
+			left = "-" + f.Name // a one-letter flag, as curl's -H
+		}
 		if name != "" {
 			left += " " + strings.ToUpper(name)
 		}

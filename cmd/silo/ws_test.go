@@ -41,7 +41,7 @@ func TestWebsocketAcrossTwoProcesses(t *testing.T) {
 	start := func() *proc {
 		p := &proc{addr: freeAddr(t), done: make(chan struct{})}
 		p.cmd = exec.Command(bin, "serve")
-		p.cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "SILO_ADDR="+p.addr, "SILO_LOG_LEVEL=warn")
+		p.cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "SILO_ADDR="+p.addr, "SILO_LOG_LEVEL=warn", "SILO_MQTT_ADDR=off")
 		p.cmd.Stderr = os.Stderr
 		require.NoError(t, p.cmd.Start())
 		go func() {

@@ -4,26 +4,46 @@
 -- timestamp or deltaTime; the type's required fields; no unknown or repeated one), the rows (arrays
 -- of as many cells as fields), then each cell's value by its field's kind.
 --
--- Why it is shaped so: one statement reads, checks and writes all the points of a body. Numbers
--- of a field are stored at one scale per body, the largest any of its numbers needs (20.1 and
--- 20.15 as 2010 and 2015, scale 2), so a feed's digits change by small steps from point to point,
--- which is what compression encodes in few bits; a number that does not fit that scale in 18 digits
--- keeps its own. One generic plan per connection for small bodies: planning the statement anew
--- for each body (a batch has one per series) costs more than a small body's points. A point
--- that breaks a rule stops the statement as it is met (series_private.fail in the WHERE clause),
--- so a valid body is read once. Two points of one body at the same time: the later one is written
--- (DISTINCT ON, last write wins, as against the stored point: ON CONFLICT DO UPDATE). The
--- metadata update of the holder is merged into series.pending_updates, never written to the event
--- here (seed 001: the event is updated later, off the ingest path).
+-- Why it is shaped so: series_private.prepare checks each body as far as it can without its
+-- points; then one statement (series_private.write) reads, checks and writes all the points of the
+-- call, a seriesBatch's bodies together, so that a hundred small bodies cost what one large one
+-- costs (a statement of this size takes about a millisecond to set up, whatever it writes). A
+-- point that breaks a rule stops the statement as it is met (series_private.fail in the WHERE
+-- clause), so a valid body is read once. Numbers of a field are stored at one scale per body, the
+-- largest any of its numbers needs (20.1 and 20.15 as 2010 and 2015, scale 2), so a feed's digits
+-- change by small steps from point to point, which is what compression encodes in few bits; a
+-- number that does not fit that scale in 18 digits keeps its own. Two points of a call at one time
+-- in one series: the later one is written (DISTINCT ON, last write wins, as against the stored
+-- point: ON CONFLICT DO UPDATE). Points and pending updates are written in series order, so two
+-- calls that write the same series lock alike. The metadata update of each holder is merged into
+-- series.pending_updates, never written to the event here (seed 001: the event is updated later,
+-- off the ingest path).
 
--- Appends the flatJSON p_data to the series of event p_event_id. p_where prefixes the messages
--- (the place in a batch).
-CREATE FUNCTION series_private.append(p_by account.accesses, p_event_id text, p_data jsonb, p_where text DEFAULT '')
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET enable_nestloop = off
-SET jit = off
-SET plan_cache_mode = force_generic_plan
+CREATE TYPE series_private.body AS (
+    n         integer,
+    series_id bigint,
+    user_id   bigint,
+    event_id  text,
+    author    text,
+    te        bigint,
+    abs       boolean,
+    tname     text,
+    nf        integer,
+    ti        integer,
+    idx       integer[],
+    kinds     text[],
+    reqs      boolean[],
+    fnames    text[],
+    prefix    text,
+    points    jsonb
+);
+COMMENT ON TYPE series_private.body IS 'A flatJSON body checked by series_private.prepare, ready for series_private.write: n (its place in the call), the holder''s series, user and event, author (the access id), te (the holder''s time in microseconds), abs (timestamp column) and tname (the time column''s name), nf (number of fields), ti (the time column''s index), by position 1 to 8 the body''s column index (idx), kind, requiredness and name of the type''s fields, prefix (of messages), and the points.';
+
+-- Checks a flatJSON body for the series of event p_event_id, as far as it can be checked without
+-- reading its points, and says where each field's values are.
+CREATE FUNCTION series_private.prepare(p_by account.accesses, p_event_id text, p_data jsonb, p_where text, p_n integer)
+RETURNS series_private.body
+LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_holder account.events;
@@ -34,14 +54,9 @@ DECLARE
     v_fname  text[] := '{NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL}';
     v_ti     integer;
     v_tname  text;
-    v_abs    boolean;
-    v_te     bigint;
     v_f      record;
     v_pos    integer;
     v_nf     integer;
-    v_min    timestamptz;
-    v_max    timestamptz;
-    v_struct CONSTANT text := '"points" matrix must contain correct data types according to series type';
 BEGIN
     v_holder := account_private.series_holder(p_by, p_event_id, 'create');
     IF p_data IS NULL OR jsonb_typeof(p_data) <> 'object' THEN
@@ -103,84 +118,119 @@ BEGIN
     IF jsonb_array_length(p_data -> 'points') = 0 THEN
         RAISE EXCEPTION '%"points" must hold at least one data point.', p_where USING ERRCODE = 'SASTR';
     END IF;
-    v_abs := v_tname = 'timestamp';
-    v_te := series_private.holder_us(v_holder.time);
-    IF jsonb_array_length(p_data -> 'points') > 2000 THEN
-        -- A large body: a plan for its field kinds (the unused positions folded away) pays for
-        -- its planning. The function's SET restores the generic plan when it returns.
+    RETURN ROW(p_n, v_holder.series_id, v_holder.user_id, v_holder.id, p_by.id, series_private.holder_us(v_holder.time),
+               v_tname = 'timestamp', v_tname, v_nf, v_ti, v_idx, v_kind, v_req, v_fname, p_where,
+               p_data -> 'points')::series_private.body;
+END
+$$;
+COMMENT ON FUNCTION series_private.prepare(account.accesses, text, jsonb, text, integer) IS 'Checks flatJSON p_data for the series of event p_event_id on behalf of access p_by (create on one of its streams) up to its points: its shape, its fields (a time column, every required field of the type, no unknown or repeated one) and that it has points; returns it as a series_private.body (n p_n, messages prefixed by p_where) for series_private.write. Raises what account_private.series_holder raises (SANFD, SAFRB, SAOPR), SAOPR for a type of more than 8 fields, SASTR (invalid-request-structure) for a body that breaks a flatJSON rule, with Pryv''s message.';
+
+-- Writes the points of checked bodies, all in one statement: a seriesBatch's bodies as one, so that
+-- a batch of many small bodies costs what one large body costs.
+CREATE FUNCTION series_private.write(p_bodies series_private.body[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET enable_nestloop = off
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_struct CONSTANT text := '"points" matrix must contain correct data types according to series type';
+    -- The bodies' field kinds when they all share them (one body, or a batch of series of one
+    -- type): then a large call gets a plan of its own, in which the kinds are constants and the
+    -- positions no body uses fold away.
+    v_kinds  text[] := (SELECT min(u.kinds::text)::text[] FROM unnest(p_bodies) u HAVING count(DISTINCT u.kinds) = 1);
+    v_shared boolean := v_kinds IS NOT NULL;
+BEGIN
+    IF v_shared AND (SELECT sum(jsonb_array_length(u.points)) FROM unnest(p_bodies) u) > 2000 THEN
+        -- The function's SET restores the generic plan when it returns.
         PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
     END IF;
-
     WITH ins AS (
         INSERT INTO series.points AS p (series_id, at, n1, s1, t1, n2, s2, t2, n3, s3, t3, n4, s4, t4,
                                         n5, s5, t5, n6, s6, t6, n7, s7, t7, n8, s8, t8)
-        SELECT DISTINCT ON (c.us) v_holder.series_id, series_private.us_at(c.us),
-               CASE WHEN v_kind[1] = 'number' THEN series_private.scaled_n(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_n(c.c1, v_kind[1]) END,
-               CASE WHEN v_kind[1] = 'number' THEN series_private.scaled_s(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_s(c.c1, v_kind[1]) END,
-               series_private.cell_t(c.c1, v_kind[1]),
-               CASE WHEN v_kind[2] = 'number' THEN series_private.scaled_n(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_n(c.c2, v_kind[2]) END,
-               CASE WHEN v_kind[2] = 'number' THEN series_private.scaled_s(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_s(c.c2, v_kind[2]) END,
-               series_private.cell_t(c.c2, v_kind[2]),
-               CASE WHEN v_kind[3] = 'number' THEN series_private.scaled_n(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_n(c.c3, v_kind[3]) END,
-               CASE WHEN v_kind[3] = 'number' THEN series_private.scaled_s(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_s(c.c3, v_kind[3]) END,
-               series_private.cell_t(c.c3, v_kind[3]),
-               CASE WHEN v_kind[4] = 'number' THEN series_private.scaled_n(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_n(c.c4, v_kind[4]) END,
-               CASE WHEN v_kind[4] = 'number' THEN series_private.scaled_s(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_s(c.c4, v_kind[4]) END,
-               series_private.cell_t(c.c4, v_kind[4]),
-               CASE WHEN v_kind[5] = 'number' THEN series_private.scaled_n(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_n(c.c5, v_kind[5]) END,
-               CASE WHEN v_kind[5] = 'number' THEN series_private.scaled_s(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_s(c.c5, v_kind[5]) END,
-               series_private.cell_t(c.c5, v_kind[5]),
-               CASE WHEN v_kind[6] = 'number' THEN series_private.scaled_n(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_n(c.c6, v_kind[6]) END,
-               CASE WHEN v_kind[6] = 'number' THEN series_private.scaled_s(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_s(c.c6, v_kind[6]) END,
-               series_private.cell_t(c.c6, v_kind[6]),
-               CASE WHEN v_kind[7] = 'number' THEN series_private.scaled_n(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_n(c.c7, v_kind[7]) END,
-               CASE WHEN v_kind[7] = 'number' THEN series_private.scaled_s(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_s(c.c7, v_kind[7]) END,
-               series_private.cell_t(c.c7, v_kind[7]),
-               CASE WHEN v_kind[8] = 'number' THEN series_private.scaled_n(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_n(c.c8, v_kind[8]) END,
-               CASE WHEN v_kind[8] = 'number' THEN series_private.scaled_s(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_s(c.c8, v_kind[8]) END,
-               series_private.cell_t(c.c8, v_kind[8])
+        SELECT DISTINCT ON (c.series_id, c.us) c.series_id, series_private.us_at(c.us),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END) = 'number' THEN series_private.scaled_n(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_n(c.c1, (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END) = 'number' THEN series_private.scaled_s(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_s(c.c1, (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END)) END,
+               series_private.cell_t(c.c1, (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[2] ELSE c.k2 END) = 'number' THEN series_private.scaled_n(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_n(c.c2, (CASE WHEN v_shared THEN v_kinds[2] ELSE c.k2 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[2] ELSE c.k2 END) = 'number' THEN series_private.scaled_s(c.x2, c.t2, c.sc2, c.m2) ELSE series_private.cell_s(c.c2, (CASE WHEN v_shared THEN v_kinds[2] ELSE c.k2 END)) END,
+               series_private.cell_t(c.c2, (CASE WHEN v_shared THEN v_kinds[2] ELSE c.k2 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[3] ELSE c.k3 END) = 'number' THEN series_private.scaled_n(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_n(c.c3, (CASE WHEN v_shared THEN v_kinds[3] ELSE c.k3 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[3] ELSE c.k3 END) = 'number' THEN series_private.scaled_s(c.x3, c.t3, c.sc3, c.m3) ELSE series_private.cell_s(c.c3, (CASE WHEN v_shared THEN v_kinds[3] ELSE c.k3 END)) END,
+               series_private.cell_t(c.c3, (CASE WHEN v_shared THEN v_kinds[3] ELSE c.k3 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[4] ELSE c.k4 END) = 'number' THEN series_private.scaled_n(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_n(c.c4, (CASE WHEN v_shared THEN v_kinds[4] ELSE c.k4 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[4] ELSE c.k4 END) = 'number' THEN series_private.scaled_s(c.x4, c.t4, c.sc4, c.m4) ELSE series_private.cell_s(c.c4, (CASE WHEN v_shared THEN v_kinds[4] ELSE c.k4 END)) END,
+               series_private.cell_t(c.c4, (CASE WHEN v_shared THEN v_kinds[4] ELSE c.k4 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[5] ELSE c.k5 END) = 'number' THEN series_private.scaled_n(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_n(c.c5, (CASE WHEN v_shared THEN v_kinds[5] ELSE c.k5 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[5] ELSE c.k5 END) = 'number' THEN series_private.scaled_s(c.x5, c.t5, c.sc5, c.m5) ELSE series_private.cell_s(c.c5, (CASE WHEN v_shared THEN v_kinds[5] ELSE c.k5 END)) END,
+               series_private.cell_t(c.c5, (CASE WHEN v_shared THEN v_kinds[5] ELSE c.k5 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[6] ELSE c.k6 END) = 'number' THEN series_private.scaled_n(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_n(c.c6, (CASE WHEN v_shared THEN v_kinds[6] ELSE c.k6 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[6] ELSE c.k6 END) = 'number' THEN series_private.scaled_s(c.x6, c.t6, c.sc6, c.m6) ELSE series_private.cell_s(c.c6, (CASE WHEN v_shared THEN v_kinds[6] ELSE c.k6 END)) END,
+               series_private.cell_t(c.c6, (CASE WHEN v_shared THEN v_kinds[6] ELSE c.k6 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[7] ELSE c.k7 END) = 'number' THEN series_private.scaled_n(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_n(c.c7, (CASE WHEN v_shared THEN v_kinds[7] ELSE c.k7 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[7] ELSE c.k7 END) = 'number' THEN series_private.scaled_s(c.x7, c.t7, c.sc7, c.m7) ELSE series_private.cell_s(c.c7, (CASE WHEN v_shared THEN v_kinds[7] ELSE c.k7 END)) END,
+               series_private.cell_t(c.c7, (CASE WHEN v_shared THEN v_kinds[7] ELSE c.k7 END)),
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[8] ELSE c.k8 END) = 'number' THEN series_private.scaled_n(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_n(c.c8, (CASE WHEN v_shared THEN v_kinds[8] ELSE c.k8 END)) END,
+               CASE WHEN (CASE WHEN v_shared THEN v_kinds[8] ELSE c.k8 END) = 'number' THEN series_private.scaled_s(c.x8, c.t8, c.sc8, c.m8) ELSE series_private.cell_s(c.c8, (CASE WHEN v_shared THEN v_kinds[8] ELSE c.k8 END)) END,
+               series_private.cell_t(c.c8, (CASE WHEN v_shared THEN v_kinds[8] ELSE c.k8 END))
         FROM (
-            SELECT w.*, max(w.sc1) OVER () AS m1, max(w.sc2) OVER () AS m2, max(w.sc3) OVER () AS m3, max(w.sc4) OVER () AS m4, max(w.sc5) OVER () AS m5, max(w.sc6) OVER () AS m6, max(w.sc7) OVER () AS m7, max(w.sc8) OVER () AS m8
+            SELECT w.*, max(w.sc1) OVER (PARTITION BY w.n) AS m1, max(w.sc2) OVER (PARTITION BY w.n) AS m2, max(w.sc3) OVER (PARTITION BY w.n) AS m3, max(w.sc4) OVER (PARTITION BY w.n) AS m4, max(w.sc5) OVER (PARTITION BY w.n) AS m5, max(w.sc6) OVER (PARTITION BY w.n) AS m6, max(w.sc7) OVER (PARTITION BY w.n) AS m7, max(w.sc8) OVER (PARTITION BY w.n) AS m8
             FROM (
                 SELECT y.*, series_private.plain_scale(y.t1) AS sc1, series_private.plain_scale(y.t2) AS sc2, series_private.plain_scale(y.t3) AS sc3, series_private.plain_scale(y.t4) AS sc4, series_private.plain_scale(y.t5) AS sc5, series_private.plain_scale(y.t6) AS sc6, series_private.plain_scale(y.t7) AS sc7, series_private.plain_scale(y.t8) AS sc8
                 FROM (
                     SELECT x.*, trim_scale(x.x1) AS t1, trim_scale(x.x2) AS t2, trim_scale(x.x3) AS t3, trim_scale(x.x4) AS t4, trim_scale(x.x5) AS t5, trim_scale(x.x6) AS t6, trim_scale(x.x7) AS t7, trim_scale(x.x8) AS t8,
                            CASE WHEN x.tn IS NULL OR x.tn < 0 OR x.tn >= 100000000000 THEN NULL
-                                WHEN v_abs THEN round(x.tn * 1000000)::bigint
-                                ELSE v_te + round(x.tn * 1000000)::bigint END AS us,
+                                WHEN x.abs THEN round(x.tn * 1000000)::bigint
+                                ELSE x.te + round(x.tn * 1000000)::bigint END AS us,
                            CASE WHEN x.bad IS NOT NULL THEN x.bad
-                                WHEN x.tn IS NULL THEN format('%s must be a number of seconds, not %s', v_tname, left(x.tc::text, 40))
-                                WHEN x.tn < 0 OR x.tn >= 100000000000 OR (v_abs AND round(x.tn * 1000000) < v_te)
-                                    THEN format('%s %s is out of range: a point may not come before its event''s time', v_tname, left(x.tc::text, 40))
+                                WHEN x.tn IS NULL THEN format('%s must be a number of seconds, not %s', x.tname, left(x.tc::text, 40))
+                                WHEN x.tn < 0 OR x.tn >= 100000000000 OR (x.abs AND round(x.tn * 1000000) < x.te)
+                                    THEN format('%s %s is out of range: a point may not come before its event''s time', x.tname, left(x.tc::text, 40))
                                 ELSE coalesce(
-                                              series_private.cell_problem(x.c1, x.x1, v_kind[1], v_req[1], v_fname[1]),
-                                              series_private.cell_problem(x.c2, x.x2, v_kind[2], v_req[2], v_fname[2]),
-                                              series_private.cell_problem(x.c3, x.x3, v_kind[3], v_req[3], v_fname[3]),
-                                              series_private.cell_problem(x.c4, x.x4, v_kind[4], v_req[4], v_fname[4]),
-                                              series_private.cell_problem(x.c5, x.x5, v_kind[5], v_req[5], v_fname[5]),
-                                              series_private.cell_problem(x.c6, x.x6, v_kind[6], v_req[6], v_fname[6]),
-                                              series_private.cell_problem(x.c7, x.x7, v_kind[7], v_req[7], v_fname[7]),
-                                              series_private.cell_problem(x.c8, x.x8, v_kind[8], v_req[8], v_fname[8]))
+                                                  series_private.cell_problem(x.c1, x.x1, (CASE WHEN v_shared THEN v_kinds[1] ELSE x.k1 END), x.reqs[1], x.fnames[1]),
+                                                  series_private.cell_problem(x.c2, x.x2, (CASE WHEN v_shared THEN v_kinds[2] ELSE x.k2 END), x.reqs[2], x.fnames[2]),
+                                                  series_private.cell_problem(x.c3, x.x3, (CASE WHEN v_shared THEN v_kinds[3] ELSE x.k3 END), x.reqs[3], x.fnames[3]),
+                                                  series_private.cell_problem(x.c4, x.x4, (CASE WHEN v_shared THEN v_kinds[4] ELSE x.k4 END), x.reqs[4], x.fnames[4]),
+                                                  series_private.cell_problem(x.c5, x.x5, (CASE WHEN v_shared THEN v_kinds[5] ELSE x.k5 END), x.reqs[5], x.fnames[5]),
+                                                  series_private.cell_problem(x.c6, x.x6, (CASE WHEN v_shared THEN v_kinds[6] ELSE x.k6 END), x.reqs[6], x.fnames[6]),
+                                                  series_private.cell_problem(x.c7, x.x7, (CASE WHEN v_shared THEN v_kinds[7] ELSE x.k7 END), x.reqs[7], x.fnames[7]),
+                                                  series_private.cell_problem(x.c8, x.x8, (CASE WHEN v_shared THEN v_kinds[8] ELSE x.k8 END), x.reqs[8], x.fnames[8]))
                            END AS problem
                     FROM (
                         SELECT e.*, series_private.cell_number(e.tc) AS tn,
-                               CASE WHEN v_kind[1] IN ('number', 'integer') THEN series_private.cell_number(e.c1) END AS x1,
-                               CASE WHEN v_kind[2] IN ('number', 'integer') THEN series_private.cell_number(e.c2) END AS x2,
-                               CASE WHEN v_kind[3] IN ('number', 'integer') THEN series_private.cell_number(e.c3) END AS x3,
-                               CASE WHEN v_kind[4] IN ('number', 'integer') THEN series_private.cell_number(e.c4) END AS x4,
-                               CASE WHEN v_kind[5] IN ('number', 'integer') THEN series_private.cell_number(e.c5) END AS x5,
-                               CASE WHEN v_kind[6] IN ('number', 'integer') THEN series_private.cell_number(e.c6) END AS x6,
-                               CASE WHEN v_kind[7] IN ('number', 'integer') THEN series_private.cell_number(e.c7) END AS x7,
-                               CASE WHEN v_kind[8] IN ('number', 'integer') THEN series_private.cell_number(e.c8) END AS x8
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[1] ELSE e.k1 END) IN ('number', 'integer') THEN series_private.cell_number(e.c1) END AS x1,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[2] ELSE e.k2 END) IN ('number', 'integer') THEN series_private.cell_number(e.c2) END AS x2,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[3] ELSE e.k3 END) IN ('number', 'integer') THEN series_private.cell_number(e.c3) END AS x3,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[4] ELSE e.k4 END) IN ('number', 'integer') THEN series_private.cell_number(e.c4) END AS x4,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[5] ELSE e.k5 END) IN ('number', 'integer') THEN series_private.cell_number(e.c5) END AS x5,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[6] ELSE e.k6 END) IN ('number', 'integer') THEN series_private.cell_number(e.c6) END AS x6,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[7] ELSE e.k7 END) IN ('number', 'integer') THEN series_private.cell_number(e.c7) END AS x7,
+                               CASE WHEN (CASE WHEN v_shared THEN v_kinds[8] ELSE e.k8 END) IN ('number', 'integer') THEN series_private.cell_number(e.c8) END AS x8
                         FROM (
-                            SELECT r.ord, r.row -> v_ti AS tc,
-                                   r.row -> v_idx[1] AS c1, r.row -> v_idx[2] AS c2, r.row -> v_idx[3] AS c3, r.row -> v_idx[4] AS c4,
-                                   r.row -> v_idx[5] AS c5, r.row -> v_idx[6] AS c6, r.row -> v_idx[7] AS c7, r.row -> v_idx[8] AS c8,
+                            SELECT b.n, b.series_id, b.te, b.abs, b.tname, b.reqs, b.fnames, b.prefix, r.ord,
+                                   b.k1, b.k2, b.k3, b.k4, b.k5, b.k6, b.k7, b.k8,
+                                   r.row -> b.ti AS tc,
+                                   r.row -> b.i1 AS c1,
+                                   r.row -> b.i2 AS c2,
+                                   r.row -> b.i3 AS c3,
+                                   r.row -> b.i4 AS c4,
+                                   r.row -> b.i5 AS c5,
+                                   r.row -> b.i6 AS c6,
+                                   r.row -> b.i7 AS c7,
+                                   r.row -> b.i8 AS c8,
                                    CASE WHEN jsonb_typeof(r.row) <> 'array' THEN format('a point must be an array, not %s', jsonb_typeof(r.row))
-                                        WHEN jsonb_array_length(r.row) <> v_nf
-                                            THEN format('a point must have %s values (one per field), not %s', v_nf, jsonb_array_length(r.row))
+                                        WHEN jsonb_array_length(r.row) <> b.nf
+                                            THEN format('a point must have %s values (one per field), not %s', b.nf, jsonb_array_length(r.row))
                                    END AS bad
-                            FROM jsonb_array_elements(p_data -> 'points') WITH ORDINALITY AS r(row, ord)
+                            -- Each body's kinds and column indexes as plain columns, read once per body
+                            -- rather than subscripted at every use in every point.
+                            FROM (SELECT u.*, u.kinds[1] AS k1, u.kinds[2] AS k2, u.kinds[3] AS k3, u.kinds[4] AS k4,
+                                         u.kinds[5] AS k5, u.kinds[6] AS k6, u.kinds[7] AS k7, u.kinds[8] AS k8,
+                                         u.idx[1] AS i1, u.idx[2] AS i2, u.idx[3] AS i3, u.idx[4] AS i4,
+                                         u.idx[5] AS i5, u.idx[6] AS i6, u.idx[7] AS i7, u.idx[8] AS i8
+                                  FROM unnest(p_bodies) AS u OFFSET 0) AS b
+                            CROSS JOIN LATERAL jsonb_array_elements(b.points) WITH ORDINALITY AS r(row, ord)
                             OFFSET 0
                         ) e
                         OFFSET 0
@@ -188,31 +238,34 @@ BEGIN
                     OFFSET 0
                 ) y
                 WHERE CASE WHEN y.problem IS NULL THEN true
-                           ELSE series_private.fail(format('%s%s: point %s: %s', p_where, v_struct, y.ord, y.problem)) END
+                           ELSE series_private.fail(format('%s%s: point %s: %s', y.prefix, v_struct, y.ord, y.problem)) END
                 OFFSET 0
             ) w
         ) c
-        ORDER BY c.us, c.ord DESC
+        ORDER BY c.series_id, c.us, c.n DESC, c.ord DESC
         ON CONFLICT ON CONSTRAINT points_pkey DO UPDATE
         SET n1 = excluded.n1, s1 = excluded.s1, t1 = excluded.t1, n2 = excluded.n2, s2 = excluded.s2, t2 = excluded.t2,
             n3 = excluded.n3, s3 = excluded.s3, t3 = excluded.t3, n4 = excluded.n4, s4 = excluded.s4, t4 = excluded.t4,
             n5 = excluded.n5, s5 = excluded.s5, t5 = excluded.t5, n6 = excluded.n6, s6 = excluded.s6, t6 = excluded.t6,
             n7 = excluded.n7, s7 = excluded.s7, t7 = excluded.t7, n8 = excluded.n8, s8 = excluded.s8, t8 = excluded.t8
-        RETURNING p.at
+        RETURNING p.series_id, p.at
+    ), extent AS (
+        SELECT i.series_id, min(i.at) AS data_min, max(i.at) AS data_max FROM ins i GROUP BY i.series_id
     )
-    SELECT min(ins.at), max(ins.at) INTO v_min, v_max FROM ins;
-
     INSERT INTO series.pending_updates AS u (series_id, user_id, event_id, author, updated, data_min, data_max, deadline, flush_idle)
-    VALUES (v_holder.series_id, v_holder.user_id, v_holder.id, p_by.id, account_private.now_s(), v_min, v_max,
-            now() + settings_private.setting_interval('series.stale_limit', '300 seconds'),
-            now() + settings_private.setting_interval('series.cooldown', '10 seconds'))
+    SELECT x.series_id, h.user_id, h.event_id, h.author, account_private.now_s(), x.data_min, x.data_max,
+           now() + settings_private.setting_interval('series.stale_limit', '300 seconds'),
+           now() + settings_private.setting_interval('series.cooldown', '10 seconds')
+    FROM (SELECT * FROM extent ORDER BY series_id) x
+    JOIN LATERAL (SELECT b.user_id, b.event_id, b.author FROM unnest(p_bodies) b WHERE b.series_id = x.series_id
+                  ORDER BY b.n DESC LIMIT 1) h ON true
     ON CONFLICT (series_id) DO UPDATE
     SET author = excluded.author, updated = greatest(u.updated, excluded.updated),
         data_min = least(u.data_min, excluded.data_min), data_max = greatest(u.data_max, excluded.data_max),
         deadline = least(u.deadline, excluded.deadline), flush_idle = greatest(u.flush_idle, excluded.flush_idle);
 END
 $$;
-COMMENT ON FUNCTION series_private.append(account.accesses, text, jsonb, text) IS 'Appends the points of flatJSON p_data to the series of event p_event_id on behalf of access p_by (create on one of its streams), all or none, and merges the holder''s metadata update into series.pending_updates. p_where prefixes the messages. Raises what account_private.series_holder raises (SANFD, SAFRB, SAOPR), SAOPR for a type of more than 8 fields, SASTR (invalid-request-structure) for a body that breaks a flatJSON rule, with Pryv''s message.';
+COMMENT ON FUNCTION series_private.write(series_private.body[]) IS 'Writes the points of the checked bodies p_bodies (series_private.prepare) in one statement, all or none: each cell typed by its field''s kind, numbers at one scale per body and field, times to the microsecond; a point at the time of a stored one replaces it, and of two points of the call at one time in one series the later (by body, then by place) is written. Merges each series'' metadata update (author: the access id of its last body) into series.pending_updates. Raises SASTR (invalid-request-structure) for the first point that breaks a rule, with Pryv''s message and the body''s prefix.';
 
 -- One notification per call and user, thrown at most once per series.notify_interval; later ones
 -- wait in series.notify_throttle for api.series_metadata_flush.
@@ -250,9 +303,10 @@ DECLARE
     v_batch jsonb := p_request -> 'batch';
     v_op    record;
     v_ids   text[] := '{}';
+    v_bodies series_private.body[] := '{}';
 BEGIN
     IF p_request ? 'event' THEN
-        PERFORM series_private.append(v_by, p_request ->> 'event', p_request -> 'data');
+        v_bodies := ARRAY[series_private.prepare(v_by, p_request ->> 'event', p_request -> 'data', '', 1)];
         v_ids := ARRAY[p_request ->> 'event'];
     ELSE
         IF v_batch IS NULL OR jsonb_typeof(v_batch) <> 'object' THEN
@@ -264,17 +318,18 @@ BEGIN
         IF jsonb_typeof(v_batch -> 'data') IS DISTINCT FROM 'array' THEN
             RAISE EXCEPTION '"data" field must be a list of series store operations.' USING ERRCODE = 'SASTR';
         END IF;
-        -- In the order of the events' ids (the operations of one event in batch order), so that two
-        -- batches that write the same series take their locks in one order and never deadlock.
-        FOR v_op IN SELECT e.op, e.n FROM jsonb_array_elements(v_batch -> 'data') WITH ORDINALITY AS e(op, n)
-                    ORDER BY CASE WHEN jsonb_typeof(e.op) = 'object' THEN e.op ->> 'eventId' END NULLS FIRST, e.n LOOP
+        FOR v_op IN SELECT e.op, e.n FROM jsonb_array_elements(v_batch -> 'data') WITH ORDINALITY AS e(op, n) LOOP
             IF jsonb_typeof(v_op.op) <> 'object' OR jsonb_typeof(v_op.op -> 'eventId') IS DISTINCT FROM 'string' THEN
                 RAISE EXCEPTION 'data[%]: a series store operation must be an object {"eventId": string, "data": flatJSON}.', v_op.n - 1
                     USING ERRCODE = 'SASTR';
             END IF;
-            PERFORM series_private.append(v_by, v_op.op ->> 'eventId', v_op.op -> 'data', format('data[%s]: ', v_op.n - 1));
+            v_bodies := v_bodies || series_private.prepare(v_by, v_op.op ->> 'eventId', v_op.op -> 'data',
+                                                           format('data[%s]: ', v_op.n - 1), v_op.n::integer);
             v_ids := v_ids || (v_op.op ->> 'eventId');
         END LOOP;
+    END IF;
+    IF cardinality(v_bodies) > 0 THEN
+        PERFORM series_private.write(v_bodies);
     END IF;
     IF cardinality(v_ids) > 0 THEN
         PERFORM series_private.notify(v_by.user_id, v_ids);
@@ -282,7 +337,7 @@ BEGIN
     RETURN '{"status": "ok"}';
 END
 $$;
-COMMENT ON FUNCTION series_private.apply(jsonb) IS 'Applies one series write request p_request: {"access": access id, "event": event id, "data": flatJSON} appends to one series; {"access": access id, "batch": seriesBatch} to every series of the batch, all or nothing. Notifies the user once (series_private.notify). Returns {"status": "ok"}. Raises SAAUT (unknown access), SASTR for a malformed batch, and what series_private.append raises.';
+COMMENT ON FUNCTION series_private.apply(jsonb) IS 'Applies one series write request p_request: {"access": access id, "event": event id, "data": flatJSON} appends to one series; {"access": access id, "batch": seriesBatch} to every series of the batch, all or nothing. Notifies the user once (series_private.notify). Returns {"status": "ok"}. Raises SAAUT (unknown access), SASTR for a malformed batch, and what series_private.prepare and series_private.write raise.';
 
 CREATE FUNCTION api.series_append(p_access_id text, p_event_id text, p_data jsonb)
 RETURNS jsonb
