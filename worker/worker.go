@@ -61,7 +61,17 @@ type Config struct {
 	// SeriesMaintenanceInterval is how often deleted series are removed and series retention
 	// applied (0: DefaultSeriesMaintenanceInterval; negative: never).
 	SeriesMaintenanceInterval time.Duration
+	// RescueStuckJobsAfter is how long a job may stay running before River's leader takes it for
+	// the job of a dead process and ends it (0: DefaultRescueStuckJobsAfter, or twice the reaper's
+	// budget when that is longer). The periodic jobs are singletons: while a killed process's job
+	// looks running, no other of its kind is scheduled, so this bounds how long a crash stalls the
+	// purge, the reaper or a trim. Under two minutes, jobs time out after half of it.
+	RescueStuckJobsAfter time.Duration
 }
+
+// DefaultRescueStuckJobsAfter is Config.RescueStuckJobsAfter's default: well past any job's run
+// (the purge's runs last a tick, the reaper's its budget, a minute by default).
+const DefaultRescueStuckJobsAfter = 5 * time.Minute
 
 func (c *Config) defaults() {
 	if c.Logger == nil {
@@ -177,10 +187,22 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "series_maintenance"},
 		))
 	}
+	rescue := cfg.RescueStuckJobsAfter
+	if rescue <= 0 {
+		rescue = max(DefaultRescueStuckJobsAfter, 2*cfg.ReaperBudget)
+	}
+	// A job may not run longer than it takes to be rescued: under River's default job timeout (a
+	// minute), a shorter rescue also shortens the timeout, to half of it.
+	var jobTimeout time.Duration
+	if rescue < 2*time.Minute {
+		jobTimeout = rescue / 2
+	}
 	return &river.Config{
-		Logger:       cfg.Logger,
-		Queues:       map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 2}, QueuePurge: {MaxWorkers: 1}},
-		Workers:      workers,
-		PeriodicJobs: periodic,
+		Logger:               cfg.Logger,
+		RescueStuckJobsAfter: rescue,
+		JobTimeout:           jobTimeout,
+		Queues:               map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 2}, QueuePurge: {MaxWorkers: 1}},
+		Workers:              workers,
+		PeriodicJobs:         periodic,
 	}
 }

@@ -28,6 +28,7 @@ type config struct {
 	deadLetterRetention time.Duration
 	reaperInterval      time.Duration // negative: the reaper does not run
 	reaperBudget        time.Duration
+	jobRescueAfter      time.Duration // 0: worker's default
 	updaterWorkers      int
 	beltWorkers         int
 	metricsAddr         string
@@ -101,6 +102,13 @@ func loadConfig() (config, error) {
 	}
 	if err := cfg.loadMQTT(); err != nil {
 		return cfg, err
+	}
+	if v := os.Getenv("SILO_JOB_RESCUE_AFTER"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("SILO_JOB_RESCUE_AFTER: not a positive duration: %q", v)
+		}
+		cfg.jobRescueAfter = d
 	}
 	if v := os.Getenv("SILO_REAPER_BUDGET"); v != "" {
 		d, err := time.ParseDuration(v)

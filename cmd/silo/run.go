@@ -83,7 +83,7 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 		if work {
 			client, err := worker.NewClient(pool, worker.Config{
 				Logger: logger, DeadLetterRetention: cfg.deadLetterRetention,
-				ReaperInterval: cfg.reaperInterval, ReaperBudget: cfg.reaperBudget,
+				ReaperInterval: cfg.reaperInterval, ReaperBudget: cfg.reaperBudget, RescueStuckJobsAfter: cfg.jobRescueAfter,
 			})
 			if err != nil {
 				return err

@@ -32,6 +32,10 @@ var envDocs = map[string]string{
 		"(default 1m; 0 disables it); batch size and event retention are the\n" +
 		"silo.settings rows reaper.batch_size and reaper.event_retention",
 	"SILO_REAPER_BUDGET": "how long one reaper run may go on while grains are due (default 1m)",
+	"SILO_JOB_RESCUE_AFTER": "how long a periodic job (the purge, the reaper, a trim) of a process\n" +
+		"that died may look running before it is ended and its kind scheduled\n" +
+		"again (default 5m, or twice SILO_REAPER_BUDGET when longer; under 2m, jobs\n" +
+		"time out after half of it)",
 	"SILO_UPDATER_WORKERS": "asynchronous profile updater workers per priority stream in this process\n" +
 		"(default 2; 0: this process applies no queued updates)",
 	"SILO_BELT_WORKERS": "belt workers in this process, each running processing steps of any running\n" +
@@ -56,7 +60,7 @@ var envDocs = map[string]string{
 var (
 	dbEnv  = []string{"DATABASE_URL", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS"}
 	allEnv = []string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
-		"SILO_DEAD_LETTER_RETENTION", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS",
+		"SILO_DEAD_LETTER_RETENTION", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_JOB_RESCUE_AFTER", "SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS",
 		"SILO_METRICS_ADDR", "SILO_TEMPDB_DURABLE", "SILO_MQTT_ADDR", "SILO_MQTT_CERT", "SILO_MQTT_KEY", "SILO_MQTT_PLAIN"}
 	mqttEnv = []string{"SILO_MQTT_ADDR", "SILO_MQTT_CERT", "SILO_MQTT_KEY", "SILO_MQTT_PLAIN"}
 )
@@ -79,7 +83,7 @@ an address in use or malformed fails at once.
 
 ` + embeddedNote,
 		env: append([]string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
-			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION"}, mqttEnv...),
+			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_JOB_RESCUE_AFTER", "SILO_DEAD_LETTER_RETENTION"}, mqttEnv...),
 	}
 	cmdMigrate = &command{
 		name: "migrate", summary: "apply migrations and rebuild schema api",
@@ -109,7 +113,7 @@ run against one database.
 
 ` + embeddedNote,
 		env: []string{"DATABASE_URL", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
-			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION",
+			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_JOB_RESCUE_AFTER", "SILO_DEAD_LETTER_RETENTION",
 			"SILO_METRICS_ADDR"},
 	}
 	cmdTokenCreate = &command{
