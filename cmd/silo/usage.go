@@ -149,6 +149,37 @@ the first segment of one of Silo's own routes (profiles, events, ws, ...).`,
 		env:      dbEnv,
 		subs:     []*command{cmdUserCreate},
 	}
+	cmdJobsLoadConfig = &command{
+		name: "jobs load-config", summary: "check and load the job service's configuration",
+		synopsis: "silo jobs load-config FILE",
+		about: `Reads FILE (YAML, the job service's configuration: job_scheduler.job_rules, the enricher's
+topics, common and defaults, deduper, job_publisher, feed_manager, cache_manager and its rules,
+job_consumers), checks it and stores it in the job.config tables, replacing the previous one.
+An error names the offending key. Running Silo processes take the new pools at once.`,
+		env: dbEnv,
+	}
+	cmdJobs = &command{
+		name: "jobs", summary: "configure the job service",
+		synopsis: "silo jobs load-config FILE",
+		about:    "Manages the job service's configuration.",
+		env:      dbEnv,
+		subs:     []*command{cmdJobsLoadConfig},
+	}
+	cmdCacheLoadConfig = &command{
+		name: "cache load-config", summary: "check and load the API cache's rules",
+		synopsis: "silo cache load-config FILE",
+		about: `Reads FILE (JSON or YAML: {"<METHOD>/path/": {"defaults": {...}, "overrides": {"rules": [...]}}}),
+checks it and stores it in cache.endpoints and cache.rules, replacing the previous rules and
+emptying the cache. An error names the offending key. Running Silo processes take it at once.`,
+		env: dbEnv,
+	}
+	cmdCache = &command{
+		name: "cache", summary: "configure the API cache",
+		synopsis: "silo cache load-config FILE",
+		about:    "Manages the API cache's rules.",
+		env:      dbEnv,
+		subs:     []*command{cmdCacheLoadConfig},
+	}
 	cmdPsql = &command{
 		name: "psql", summary: "psql on the configured or embedded database",
 		synopsis: "silo psql [--] [PSQL ARGS...]",
@@ -176,7 +207,7 @@ was built from, its time, and "dirty" when the work tree had changes. silo --ver
 		synopsis: "silo help [COMMAND [SUBCOMMAND]]",
 		about:    "Lists the commands, or prints the usage of one (as silo COMMAND --help does).",
 	}
-	commands = []*command{cmdUp, cmdMigrate, cmdServe, cmdWork, cmdToken, cmdUser, cmdPsql, cmdTempDB, cmdVersion, cmdHelp}
+	commands = []*command{cmdUp, cmdMigrate, cmdServe, cmdWork, cmdToken, cmdUser, cmdJobs, cmdCache, cmdPsql, cmdTempDB, cmdVersion, cmdHelp}
 )
 
 func findCommand(name string) *command {
