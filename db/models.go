@@ -144,11 +144,11 @@ type APIJobTaken struct {
 	ID           *int64          `json:"id"`
 	Hook         *string         `json:"hook"`
 	UniqueHash   *string         `json:"uniqueHash"`
-	Url          *string         `json:"url"`
+	URL          *string         `json:"url"`
 	ResourceType *string         `json:"resourceType"`
 	ResourceID   *string         `json:"resourceId"`
-	ResourceUrl  *string         `json:"resourceUrl"`
-	AffectedUrl  *string         `json:"affectedUrl"`
+	ResourceURL  *string         `json:"resourceUrl"`
+	AffectedURL  *string         `json:"affectedUrl"`
 	RuleJobs     json.RawMessage `json:"ruleJobs"`
 	Job          json.RawMessage `json:"job"`
 }
@@ -736,9 +736,9 @@ type JobConfig struct {
 	// job_publisher.generations_limit: the highest generation a job may have; a hook's job beyond it is discarded and counted.
 	GenerationsLimit int32 `json:"generationsLimit"`
 	// feed_manager.worker_url: the URL template of the HTTP hook ({type} and {id} replaced by the job's resource type and id).
-	FeedWorkerUrl *string `json:"feedWorkerUrl"`
+	FeedWorkerURL *string `json:"feedWorkerUrl"`
 	// cache_manager.ppro_user_id/token_endpoint: the URL template of the endpoint that lists the users affected by an invalidation ({type} and {id}).
-	AffectedUrl *string `json:"affectedUrl"`
+	AffectedURL *string `json:"affectedUrl"`
 	// The enricher's defaults.job_properties, completed with Silo's own defaults (job_type invalidate, priority 1, due 0, expires 5, superceedable false, retry_limit 3).
 	Defaults json.RawMessage `json:"defaults"`
 }
@@ -856,7 +856,7 @@ type JobJob struct {
 	// The event's action_type.
 	ActionType string `json:"actionType"`
 	// The event's resource_url (NULL when it had none).
-	ResourceUrl *string `json:"resourceUrl"`
+	ResourceURL *string `json:"resourceUrl"`
 	// The event's payload.
 	Payload json.RawMessage `json:"payload"`
 	// The event's timestamp (NULL when it had none).

@@ -178,6 +178,12 @@ INSERT INTO silo.settings (key, value, description) VALUES
     ('job.retention', '7 days', 'How long finished jobs are kept in job.jobs (a PostgreSQL interval, default 7 days): silo work deletes older ones.')
 ON CONFLICT (key) DO NOTHING;
 
+INSERT INTO account.reserved_usernames (username, reason) VALUES
+    ('jobs', 'the job service, GET /jobs/...'),
+    ('job-events', 'POST /job-events')
+ON CONFLICT DO NOTHING;
+
 -- +goose Down
+DELETE FROM account.reserved_usernames WHERE username IN ('jobs', 'job-events');
 DELETE FROM silo.settings WHERE key = 'job.retention';
 DROP SCHEMA job CASCADE;

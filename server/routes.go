@@ -56,6 +56,11 @@ func New(cfg Config) http.Handler {
 	route("GET /belts/{id}/dead-letters", s.beltDeadLetterList)
 	route("POST /belts/{id}/dead-letters/replay", s.beltDeadLetterReplay)
 	s.eventRoutes(route)
+	s.jobJoin = s.newJobJoin()
+	route("POST /job-events", s.jobEvents)
+	route("GET /jobs", s.jobList)
+	route("GET /jobs/stats", s.jobStats)
+	route("GET /jobs/{id}", s.jobGet)
 
 	// Accounts in Pryv's model, under /{username}/: a mux of their own (router.go says why).
 	account := func(pattern string, h http.HandlerFunc) {

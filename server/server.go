@@ -37,6 +37,7 @@ type server struct {
 
 	identities  identityCache
 	applyJoin   *joiner[[]string, db.ProfileApplyRequestsRow] // POST /profile-updates, by readers
+	jobJoin     *joiner[struct{}, db.APIJobEventResult]       // POST /job-events
 	enqueueJoin *joiner[string, db.ProfileEnqueueRequestsRow] // its async mode, by priority
 	hub         *change.Hub
 }

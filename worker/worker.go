@@ -49,6 +49,9 @@ type Config struct {
 	// ChangeTrimInterval is how often the change log is trimmed (0: DefaultChangeTrimInterval;
 	// negative: never). The retention is the silo.settings row change_retention.
 	ChangeTrimInterval time.Duration
+	// JobTrimInterval is how often finished jobs and ended deduplication claims are deleted
+	// (default a minute: claims end after deduper.unique_id_expiry).
+	JobTrimInterval time.Duration
 	// PartitionMaintenanceInterval is how often the time-partitioned tables are maintained (0:
 	// DefaultPartitionMaintenanceInterval; negative: never).
 	PartitionMaintenanceInterval time.Duration
@@ -63,6 +66,9 @@ func (c *Config) defaults() {
 	}
 	if c.ReaperInterval == 0 {
 		c.ReaperInterval = DefaultReaperInterval
+	}
+	if c.JobTrimInterval <= 0 {
+		c.JobTrimInterval = time.Minute
 	}
 	if c.ReaperBudget <= 0 {
 		c.ReaperBudget = DefaultReaperBudget
@@ -97,6 +103,7 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 	river.AddWorker(workers, &PartitionMaintenanceWorker{queries: db.New(pool), logger: cfg.Logger})
 	river.AddWorker(workers, &EventTrimWorker{queries: db.New(pool), logger: cfg.Logger})
 	river.AddWorker(workers, &BeltDeadLetterTrimWorker{queries: db.New(pool), logger: cfg.Logger})
+	river.AddWorker(workers, &JobTrimWorker{queries: db.New(pool), logger: cfg.Logger})
 
 	periodic := []*river.PeriodicJob{river.NewPeriodicJob(
 		river.PeriodicInterval(cfg.MaintenanceInterval),
@@ -110,6 +117,10 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 		river.PeriodicInterval(cfg.MaintenanceInterval),
 		func() (river.JobArgs, *river.InsertOpts) { return BeltDeadLetterTrimArgs{}, nil },
 		&river.PeriodicJobOpts{RunOnStart: true, ID: "belt_dead_letter_trim"},
+	), river.NewPeriodicJob(
+		river.PeriodicInterval(cfg.JobTrimInterval),
+		func() (river.JobArgs, *river.InsertOpts) { return JobTrimArgs{}, nil },
+		&river.PeriodicJobOpts{RunOnStart: true, ID: "job_trim"},
 	)}
 	if cfg.DeadLetterRetention > 0 {
 		periodic = append(periodic, river.NewPeriodicJob(

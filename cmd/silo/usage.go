@@ -40,6 +40,8 @@ var envDocs = map[string]string{
 		"this setting wins over pool_max_conns). Held beside the pool: the change listener\n" +
 		"(up, serve); River's listener, the updater's own pool of 2 x SILO_UPDATER_WORKERS + 1\n" +
 		"and its listener, the belts' own pool of SILO_BELT_WORKERS + 1 and their listener (up, work)",
+	"SILO_JOBS": "on or off (default on): this process runs the job manager's pools (the\n" +
+		"configuration's job_consumers, loaded with silo jobs load-config)",
 	"SILO_METRICS_ADDR":   "where silo work serves /metrics (default unset: not served; silo up\nand silo serve serve it on SILO_ADDR)",
 	"SILO_TEMPDB_DURABLE": "set: the throw-away cluster keeps fsync and synchronous commit on (benchmarks)",
 }
@@ -48,7 +50,7 @@ var (
 	dbEnv  = []string{"DATABASE_URL", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS"}
 	allEnv = []string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
 		"SILO_DEAD_LETTER_RETENTION", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS",
-		"SILO_METRICS_ADDR", "SILO_TEMPDB_DURABLE"}
+		"SILO_JOBS", "SILO_METRICS_ADDR", "SILO_TEMPDB_DURABLE"}
 )
 
 const embeddedNote = `With DATABASE_URL unset, the embedded cluster in $SILO_DATA_DIR/pg is started (initdb on
@@ -68,7 +70,7 @@ anything starts: an address in use or malformed fails at once.
 
 ` + embeddedNote,
 		env: []string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
-			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION"},
+			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_JOBS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION"},
 	}
 	cmdMigrate = &command{
 		name: "migrate", summary: "apply migrations and rebuild schema api",
@@ -98,7 +100,7 @@ run against one database.
 
 ` + embeddedNote,
 		env: []string{"DATABASE_URL", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
-			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION",
+			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_JOBS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_DEAD_LETTER_RETENTION",
 			"SILO_METRICS_ADDR"},
 	}
 	cmdTokenCreate = &command{
