@@ -26,7 +26,7 @@ COMMENT ON SCHEMA cache_private IS 'Internals of the API cache (sql/cache/): not
 
 CREATE FUNCTION cache_private.bad(p_key text, p_msg text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     RAISE EXCEPTION '%: %', p_key, p_msg USING ERRCODE = 'SCCFG', DETAIL = format('key %s', p_key);
@@ -36,7 +36,7 @@ COMMENT ON FUNCTION cache_private.bad(text, text) IS 'Raises SCCFG with message 
 
 CREATE FUNCTION cache_private.settings(p_key text, p_s jsonb, p_rule boolean)
 RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_k   text;
@@ -131,7 +131,6 @@ DECLARE
     v_def     jsonb;
     v_k       text;
     v_s       jsonb;
-    v_i       integer;
     v_r       jsonb;
     v_rk      text;
     v_method  text;
@@ -298,25 +297,20 @@ RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF NOT EXISTS (SELECT FROM cache.endpoints) THEN
-        RETURN NULL;
-    END IF;
-    IF TG_OP = 'DELETE' THEN
+    IF EXISTS (SELECT FROM cache.endpoints) THEN
         PERFORM cache_private.invalidate('/profiles/' || t.profile_type || '/' || t.correlation_id)
-        FROM (SELECT DISTINCT o.profile_type, o.correlation_id FROM old_rows o) t;
-    ELSE
-        PERFORM cache_private.invalidate('/profiles/' || t.profile_type || '/' || t.correlation_id)
-        FROM (SELECT DISTINCT n.profile_type, n.correlation_id FROM new_rows n) t;
+        FROM (SELECT DISTINCT n.profile_type, n.correlation_id FROM grains n) t;
     END IF;
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION cache_private.tg_profilestore__invalidate() IS
-    'Statement trigger of profile.profilestore: when the cache has rules, invalidates /profiles/{profile_type}/{correlation_id} (and the paths under it) of every profile the statement touched.';
+    'Statement trigger of profile.profilestore (its transition table grains: the rows inserted, updated or deleted): when the cache has rules, invalidates /profiles/{profile_type}/{correlation_id} (and the paths under it) of every profile the statement touched.';
 
+-- Multi-event triggers may not have transition tables: one trigger per event, one function.
 CREATE TRIGGER profilestore_cache_insert AFTER INSERT ON profile.profilestore
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION cache_private.tg_profilestore__invalidate();
+    REFERENCING NEW TABLE AS grains FOR EACH STATEMENT EXECUTE FUNCTION cache_private.tg_profilestore__invalidate();
 CREATE TRIGGER profilestore_cache_update AFTER UPDATE ON profile.profilestore
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION cache_private.tg_profilestore__invalidate();
+    REFERENCING NEW TABLE AS grains FOR EACH STATEMENT EXECUTE FUNCTION cache_private.tg_profilestore__invalidate();
 CREATE TRIGGER profilestore_cache_delete AFTER DELETE ON profile.profilestore
-    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION cache_private.tg_profilestore__invalidate();
+    REFERENCING OLD TABLE AS grains FOR EACH STATEMENT EXECUTE FUNCTION cache_private.tg_profilestore__invalidate();

@@ -17,9 +17,10 @@ CREATE SCHEMA job_private;
 COMMENT ON SCHEMA job_private IS 'Internals of the job service (sql/job/): not a public contract. Rebuilt with schema api.';
 
 -- The error every check raises: SJCFG, naming the key.
+-- VOLATILE: it only raises, and a checker must not run it for its value.
 CREATE FUNCTION job_private.bad(p_key text, p_msg text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     RAISE EXCEPTION '%: %', p_key, p_msg USING ERRCODE = 'SJCFG',
@@ -31,7 +32,7 @@ COMMENT ON FUNCTION job_private.bad(text, text) IS
 
 CREATE FUNCTION job_private.props_check(p_key text, p_props jsonb)
 RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_k text;
@@ -64,7 +65,7 @@ COMMENT ON FUNCTION job_private.props_check(text, jsonb) IS
 
 CREATE FUNCTION job_private.match_check(p_key text, p_match jsonb, p_fields text[])
 RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_k text;
@@ -124,7 +125,7 @@ COMMENT ON FUNCTION job_private.section(jsonb, text, text) IS
 
 CREATE FUNCTION job_private.regex_check(p_key text, p_value jsonb)
 RETURNS text
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     IF p_value IS NULL OR jsonb_typeof(p_value) <> 'string' THEN
@@ -148,8 +149,6 @@ AS $$
 DECLARE
     v_k        text;
     v_e        jsonb;
-    v_i        integer;
-    v_j        integer;
     v_ord      integer := 0;
     v_topic    text;
     v_key      text;
@@ -378,7 +377,6 @@ DECLARE
     v_k     text;
     v_hook  text;
     v_topic text;
-    v_i     integer;
     v_r     jsonb;
     v_rk    text;
 BEGIN

@@ -15,8 +15,9 @@
 -- a value is the job's: its properties as enriched (job_type, priority, due, expires,
 -- superceedable, retry_limit, as numbers and booleans), topic, generation, and the event's
 -- resource_type, action_type, resource_url, payload and timestamp as they came (JSON). jsonb's text
--- is canonical: keys sorted (by length, then bytes), no whitespace variants, numbers normalised, so
--- the same values always give the same hash whatever the order or spacing of the input. The same
+-- is canonical: keys sorted (by length, then bytes), one spacing, so the same values give the same
+-- hash whatever the order of keys or the spacing of the input. Numbers keep their written scale
+-- (1 and 1.0 are different text, hence different hashes): send a number one way. The same
 -- expression in psql: encode(sha256(convert_to(jsonb_build_object(...)::text, 'UTF8')), 'hex').
 --
 -- Superseding, "the same work": two jobs do the same work when they have the same topic, job_type,
@@ -102,7 +103,6 @@ AS $$
 DECLARE
     v_limit integer := (SELECT c.generations_limit FROM job.config c);
     v_ids   bigint[];
-    v_ords  integer[];
     v_keys  text[];
     v_sup   bigint;
 BEGIN
@@ -139,11 +139,11 @@ BEGIN
             RETURNING j.id, j.topic)
         SELECT count(*) INTO v_sup FROM (
             SELECT job_private.count(array_agg(s.topic), array_fill('superseded'::text, ARRAY[count(*)::integer]), array_fill(1::bigint, ARRAY[count(*)::integer]))
-            FROM sup s) x;
+            FROM sup s HAVING count(*) > 0) x;
         INSERT INTO change_private.outbox (channel, kind, payload, readers)
         SELECT 'jobs:' || j.topic, 'superseded', jsonb_build_object('ids', jsonb_agg(j.id ORDER BY j.id)), '{}'
         FROM job.jobs j
-        WHERE j.superseded_by = ANY (v_ids)
+        WHERE v_sup > 0 AND j.superseded_by = ANY (v_ids)
         GROUP BY j.topic;
     END IF;
 
@@ -183,13 +183,26 @@ CREATE TYPE job_private.scheduled AS (
 COMMENT ON TYPE job_private.scheduled IS
     'The answer for one event: ord (its position, from 1), status (scheduled: it made jobs; unrouted: no routing rule matched; refused: sqlstate and reason say why), job_ids and topics (of its jobs, in order).';
 
+CREATE TYPE job_private.event_in AS (
+    ord      integer,
+    rt       text,
+    at       text,
+    url      text,
+    payload  jsonb,
+    ts       jsonb,
+    event_ts timestamptz,
+    problem  text
+);
+COMMENT ON TYPE job_private.event_in IS
+    'One event of a schedule call as read: ord (its position), rt and at (resource and action types), url (resource_url), payload, ts (timestamp as given), event_ts (read), problem (why it is refused; NULL when it is valid).';
+
 CREATE FUNCTION job_private.schedule(p_events jsonb)
 RETURNS SETOF job_private.scheduled
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_defaults jsonb := (SELECT c.defaults FROM job.config c);
-    v_events   job_private.scheduled[];
+    v_in       job_private.event_in[];
     v_drafts   job_private.draft[];
 BEGIN
     IF p_events IS NULL OR jsonb_typeof(p_events) NOT IN ('object', 'array') THEN
@@ -201,12 +214,8 @@ BEGIN
             HINT = 'Load one with silo jobs load-config FILE, or SELECT api.job_config_load(...).';
     END IF;
 
-    CREATE TEMP TABLE IF NOT EXISTS job_events_in (
-        ord integer, e jsonb, rt text, at text, url text, payload jsonb, ts jsonb, event_ts timestamptz, problem text
-    ) ON COMMIT DROP;
-    TRUNCATE job_events_in;
-    INSERT INTO job_events_in
-    SELECT x.ord, x.e, x.rt, x.at, x.url, x.payload, x.ts, x.event_ts,
+    v_in := ARRAY(
+    SELECT ROW(x.ord, x.rt, x.at, x.url, x.payload, x.ts, x.event_ts,
            CASE WHEN jsonb_typeof(x.e) <> 'object' THEN 'an event must be a JSON object, got ' || jsonb_typeof(x.e)
                 WHEN x.rt IS NULL OR x.rt = '' THEN 'resource_type is required: a non-empty string'
                 WHEN x.at IS NULL OR x.at = '' THEN 'action_type is required: a non-empty string'
@@ -217,7 +226,7 @@ BEGIN
                 WHEN EXISTS (SELECT FROM jsonb_object_keys(x.e) k WHERE k NOT IN ('resource_type', 'action_type', 'payload', 'resource_url', 'timestamp'))
                     THEN 'unknown field ' || (SELECT min(k) FROM jsonb_object_keys(x.e) k WHERE k NOT IN ('resource_type', 'action_type', 'payload', 'resource_url', 'timestamp'))
                          || ' (known: resource_type, action_type, payload, resource_url, timestamp)'
-           END
+           END)::job_private.event_in
     FROM (SELECT a.n::integer AS ord, a.e,
                  CASE WHEN jsonb_typeof(a.e -> 'resource_type') = 'string' THEN a.e ->> 'resource_type' END AS rt,
                  CASE WHEN jsonb_typeof(a.e -> 'action_type') = 'string' THEN a.e ->> 'action_type' END AS at,
@@ -227,7 +236,8 @@ BEGIN
                  CASE WHEN jsonb_typeof(a.e) = 'object' AND a.e -> 'timestamp' IS NOT NULL AND a.e -> 'timestamp' <> 'null'
                       THEN event_private.timestamp_of(a.e -> 'timestamp') END AS event_ts
           FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_events) = 'array' THEN p_events ELSE jsonb_build_array(p_events) END)
-               WITH ORDINALITY AS a(e, n)) x;
+               WITH ORDINALITY AS a(e, n)) x
+    ORDER BY x.ord);
 
     -- Route and enrich: one draft per event and topic.
     SELECT array_agg(ROW(r.ord, r.topic, r.rt, r.at, r.url, r.payload, r.ts, r.event_ts,
@@ -236,7 +246,7 @@ BEGIN
     INTO v_drafts
     FROM (SELECT t.*, row_number() OVER (ORDER BY t.ord, t.first) AS g
           FROM (SELECT e.ord, e.rt, e.at, e.url, e.payload, e.ts, e.event_ts, rr.topic, min(rr.ord) AS first
-                FROM job_events_in e
+                FROM unnest(v_in) e
                 JOIN job.config_routes rr ON e.at ~ rr.action_type AND e.rt ~ rr.resource_type
                 WHERE e.problem IS NULL
                 GROUP BY e.ord, e.rt, e.at, e.url, e.payload, e.ts, e.event_ts, rr.topic) t) r
@@ -254,7 +264,7 @@ BEGIN
            CASE WHEN e.problem IS NOT NULL THEN 'refused' WHEN j.ids IS NULL THEN 'unrouted' ELSE 'scheduled' END,
            coalesce(j.ids, '{}'), coalesce(j.topics, '{}'),
            CASE WHEN e.problem IS NOT NULL THEN 'SJEVT' END, e.problem
-    FROM job_events_in e
+    FROM unnest(v_in) e
     LEFT JOIN (SELECT p.ord, array_agg(p.id ORDER BY p.id) AS ids, array_agg(p.topic ORDER BY p.id) AS topics
                FROM job_private.insert_jobs(coalesce(v_drafts, '{}')) p
                GROUP BY p.ord) j ON j.ord = e.ord

@@ -115,6 +115,13 @@ $$;
 COMMENT ON FUNCTION job_private.claim(bigint[]) IS
     'Claims the unique hashes of jobs p_ids (distinct hashes) in job.dedup until now + unique_id_expiry ms, replacing claims that ended; returns the ids that got their claim (the others are claimed by another job). Waits for a concurrent transaction that claims the same hash. Raises nothing.';
 
+CREATE TYPE job_private.settled AS (
+    id    bigint,
+    topic text,
+    state text
+);
+COMMENT ON TYPE job_private.settled IS 'A job whose outcome job_private.settle recorded: id, topic, and its new state (done, failed, or pending for a retry).';
+
 -- p_outcomes: ok, error, fail, transient, zipped with p_ids, p_errors, p_sqlstates by position;
 -- p_children: the jobs each ok job's hook made (a JSON array per job, or NULL).
 CREATE FUNCTION job_private.settle(p_ids bigint[], p_outcomes text[], p_errors text[], p_sqlstates text[], p_children jsonb[])
@@ -124,9 +131,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_drafts job_private.draft[];
+    v_set    job_private.settled[];
 BEGIN
-    CREATE TEMP TABLE IF NOT EXISTS job_settled (id bigint, topic text, state text, attempts integer) ON COMMIT DROP;
-    TRUNCATE job_settled;
     WITH o AS (SELECT * FROM unnest(p_ids, p_outcomes, p_errors, p_sqlstates) AS o(id, outcome, error, sqlstate)),
     upd AS (
         UPDATE job.jobs j
@@ -141,23 +147,23 @@ BEGIN
             last_error = CASE WHEN o.outcome = 'ok' THEN j.last_error ELSE o.error END,
             last_sqlstate = CASE WHEN o.outcome = 'ok' THEN j.last_sqlstate ELSE o.sqlstate END
         FROM o WHERE j.id = o.id
-        RETURNING j.id, j.topic, j.state, j.attempts)
-    INSERT INTO job_settled SELECT * FROM upd;
+        RETURNING j.id, j.topic, j.state)
+    SELECT array_agg(ROW(u.id, u.topic, u.state)::job_private.settled) INTO v_set FROM upd u;
 
     -- A failed dispatch gives its claim back.
-    IF EXISTS (SELECT FROM job_settled s WHERE s.state <> 'done') THEN
-        DELETE FROM job.dedup d USING job_settled s, job.jobs j
+    IF EXISTS (SELECT FROM unnest(v_set) s WHERE s.state <> 'done') THEN
+        DELETE FROM job.dedup d USING unnest(v_set) s, job.jobs j
         WHERE s.state <> 'done' AND j.id = s.id AND d.unique_hash = j.unique_hash AND d.job_id = s.id;
     END IF;
 
     PERFORM job_private.count(array_agg(t.topic), array_agg(t.counter), array_agg(t.n))
     FROM (SELECT s.topic, CASE s.state WHEN 'done' THEN 'dispatched' WHEN 'failed' THEN 'failed' ELSE 'retried' END AS counter,
                  count(*) AS n
-          FROM job_settled s GROUP BY 1, 2) t;
+          FROM unnest(v_set) s GROUP BY 1, 2) t;
     INSERT INTO change_private.outbox (channel, kind, payload, readers)
     SELECT 'jobs:' || s.topic, CASE s.state WHEN 'pending' THEN 'retry' ELSE s.state END,
            jsonb_build_object('ids', jsonb_agg(s.id ORDER BY s.id)), '{}'
-    FROM job_settled s GROUP BY s.topic, s.state;
+    FROM unnest(v_set) s GROUP BY s.topic, s.state;
 
     -- The hooks' jobs: the parent's attributes, the child's update_fields over its properties, one
     -- generation further; generation joins the key fields, so a child never duplicates its parent.
@@ -195,7 +201,7 @@ BEGIN
     SELECT count(*) FILTER (WHERE s.state = 'done'), count(*) FILTER (WHERE s.state = 'failed'),
            count(*) FILTER (WHERE s.state = 'pending')
     INTO done, failed, retried
-    FROM job_settled s;
+    FROM unnest(v_set) s;
     RETURN NEXT;
 END
 $$;
