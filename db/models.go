@@ -44,16 +44,16 @@ type APIBeltWork struct {
 
 // The cache rules as the middleware reads them: per endpoint, method, path (pattern), the defaults (action, session, expires_ms, xx, nx; NULL when not given) and rules (a JSON array of {rule, params, action, session, expires_ms, xx, nx}, in order), version of the configuration.
 type APICacheRule struct {
-	Endpoint  string      `json:"endpoint"`
-	Method    string      `json:"method"`
-	Path      string      `json:"path"`
-	Action    *string     `json:"action"`
-	Session   *bool       `json:"session"`
-	ExpiresMs *int64      `json:"expiresMs"`
-	Xx        *bool       `json:"xx"`
-	Nx        *bool       `json:"nx"`
-	Rules     interface{} `json:"rules"`
-	Version   int32       `json:"version"`
+	Endpoint  string          `json:"endpoint"`
+	Method    string          `json:"method"`
+	Path      string          `json:"path"`
+	Action    *string         `json:"action"`
+	Session   *bool           `json:"session"`
+	ExpiresMs *int64          `json:"expiresMs"`
+	Xx        *bool           `json:"xx"`
+	Nx        *bool           `json:"nx"`
+	Rules     json.RawMessage `json:"rules"`
+	Version   int32           `json:"version"`
 }
 
 // Always empty: the row type of api.event_ingest_requests. request: the request's position in the call, from 1; ord: the event's position in its request, from 1 (NULL for a refused request); status: stored, duplicate or refused as in api.event_ingest (refused with ord NULL: the whole request); event_id, first_stored, sqlstate, reason: as in api.event_ingest; replayed: the request repeated an idempotency key and this row is the first answer (nothing was stored again).

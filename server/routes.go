@@ -79,5 +79,13 @@ func New(cfg Config) http.Handler {
 	account("DELETE /{username}/events/{id}", s.accountEventDelete)
 	account("GET /{username}/ws", s.accountWS)
 
+	// The API cache, around Silo's own routes (not the account routes).
+	if cfg.Pool != nil {
+		cache := newAPICache(s.q, s.log, s.metrics.registry)
+		if cfg.CacheContext != nil {
+			cache.listen(cfg.CacheContext, cfg.Pool)
+		}
+		rt.ownRoutes = cacheWrap(cache, s.authenticate, rt.main)
+	}
 	return rt
 }

@@ -112,7 +112,7 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 				return err
 			}
 			stops = append([]func(context.Context) error{hub.Stop}, stops...)
-			handler := server.New(server.Config{Pool: pool, Logger: logger, Version: version(), Registry: registry, Hub: hub})
+			handler := server.New(server.Config{Pool: pool, Logger: logger, Version: version(), Registry: registry, Hub: hub, CacheContext: ctx})
 			// Stop taking requests, then close the websockets (each told where to resume).
 			stops = append([]func(context.Context) error{serveOn(apiLn, handler, errc)}, stops...)
 			logger.Info("HTTP API listening", "addr", cfg.addr)

@@ -199,7 +199,7 @@ CREATE VIEW api.cache_rules AS
 SELECT e.endpoint, e.method, e.path, e.action, e.session, e.expires_ms, e.xx, e.nx,
        coalesce((SELECT jsonb_agg(jsonb_build_object('rule', r.rule, 'params', r.params, 'action', r.action, 'session', r.session,
                                                      'expires_ms', r.expires_ms, 'xx', r.xx, 'nx', r.nx) ORDER BY r.ord)
-                 FROM cache.rules r WHERE r.endpoint = e.endpoint), '[]') AS rules,
+                 FROM cache.rules r WHERE r.endpoint = e.endpoint), '[]'::jsonb)::jsonb AS rules,
        (SELECT c.version FROM cache.config c) AS version
 FROM cache.endpoints e
 ORDER BY e.endpoint;
