@@ -130,7 +130,7 @@ COMMENT ON COLUMN job.jobs.attempts IS 'Dispatches that failed so far.';
 COMMENT ON COLUMN job.jobs.generation IS '1 for a job made from an event; a hook''s job has its parent''s generation + 1.';
 COMMENT ON COLUMN job.jobs.parent_id IS 'The job whose hook made this one (NULL for a job made from an event).';
 COMMENT ON COLUMN job.jobs.unique_hash IS 'The unique hash over the rule''s key_fields (hex SHA-256 of the canonical form, sql/job/02_enrich.sql): the deduplication key and the HTTP hook''s Idempotency-Key.';
-COMMENT ON COLUMN job.jobs.work_key IS 'What "the same work" is for superseding: hex SHA-256 of topic, job_type, resource_type and resource_url (sql/job/02_enrich.sql).';
+COMMENT ON COLUMN job.jobs.work_key IS 'What "the same work" is for superseding: hex SHA-256 of topic, job_type, resource_type, resource_url and the payload''s access_token (sql/job/02_enrich.sql).';
 COMMENT ON COLUMN job.jobs.resource_type IS 'The event''s resource_type.';
 COMMENT ON COLUMN job.jobs.action_type IS 'The event''s action_type.';
 COMMENT ON COLUMN job.jobs.resource_url IS 'The event''s resource_url (NULL when it had none).';

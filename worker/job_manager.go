@@ -430,7 +430,9 @@ type ruleJob struct {
 
 // cacheHook runs a cache job: the invalidation itself is recorded by api.job_finish; here the
 // jobs of its cache_manager rule are made, calling the affected-users endpoint for a rule job
-// with others_affected (one job per element of the JSON array it answers).
+// with others_affected (one job per element of the JSON array it answers). A rule job with
+// entity_type makes jobs of that resource type (PostsById -> Post), so that the rules of the
+// entity's type apply to them in turn, up to generations_limit.
 func (j *Jobs) cacheHook(ctx context.Context, t db.APIJobTaken) jobResult {
 	r := jobResult{ID: deref64(t.ID), Outcome: "ok"}
 	var rules []ruleJob
@@ -444,6 +446,9 @@ func (j *Jobs) cacheHook(ctx context.Context, t db.APIJobTaken) jobResult {
 	var children []map[string]any
 	for _, rj := range rules {
 		child := map[string]any{"topic": rj.Topic}
+		if rj.EntityType != "" {
+			child["resource_type"] = rj.EntityType
+		}
 		if len(rj.UpdateFields) > 0 {
 			child["update_fields"] = rj.UpdateFields
 		}
@@ -464,6 +469,9 @@ func (j *Jobs) cacheHook(ctx context.Context, t db.APIJobTaken) jobResult {
 		}
 		for _, a := range affected {
 			c := map[string]any{"topic": rj.Topic, "payload": affectedPayload(parent.Payload, a)}
+			if rj.EntityType != "" {
+				c["resource_type"] = rj.EntityType // the entity's jobs: the rules of its type apply next
+			}
 			if len(rj.UpdateFields) > 0 {
 				c["update_fields"] = rj.UpdateFields
 			}

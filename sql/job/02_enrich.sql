@@ -21,7 +21,9 @@
 -- expression in psql: encode(sha256(convert_to(jsonb_build_object(...)::text, 'UTF8')), 'hex').
 --
 -- Superseding, "the same work": two jobs do the same work when they have the same topic, job_type,
--- resource_type and resource_url (work_key: hex SHA-256 of the jsonb array of these four). A job
+-- resource_type and resource_url, and the same session when they are for one (the payload's
+-- access_token, as the cache hook's jobs per affected user have it) (work_key: hex SHA-256 of the
+-- jsonb array of these five). A job
 -- published while an older superceedable job of the same work is pending replaces it: the older
 -- becomes superseded (superseded_by the newer). Running jobs are not replaced.
 
@@ -114,7 +116,9 @@ BEGIN
                (d.props ->> 'retry_limit')::integer, d.generation, d.parent_id,
                job_private.unique_hash(d.topic, d.props, d.resource_type, d.action_type, d.resource_url, d.payload, d.ts,
                                        d.generation, d.key_fields),
-               encode(sha256(convert_to(jsonb_build_array(d.topic, d.props ->> 'job_type', d.resource_type, d.resource_url)::text, 'UTF8')), 'hex'),
+               encode(sha256(convert_to(jsonb_build_array(d.topic, d.props ->> 'job_type', d.resource_type, d.resource_url,
+                                                          CASE WHEN jsonb_typeof(d.payload -> 'access_token') = 'string'
+                                                               THEN d.payload ->> 'access_token' END)::text, 'UTF8')), 'hex'),
                d.resource_type, d.action_type, d.resource_url, d.payload, d.event_ts, d.props,
                now() + (d.props ->> 'due')::numeric * interval '1 minute',
                now() + (d.props ->> 'expires')::numeric * interval '1 minute'
