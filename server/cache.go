@@ -264,7 +264,7 @@ func match(eps []cacheEndpoint, method, path string) *cacheEndpoint {
 
 // settingsFor applies the seed's rules 1-4 to the query (access_token left out): the first rule
 // the query agrees with (exactly its parameters, each value allowed), else the defaults when the
-// query has a parameter no rule names, else no caching (Action "").
+// query has no parameter or one that no rule names, else no caching (Action "").
 func settingsFor(ep *cacheEndpoint, query url.Values) cacheSettings {
 	if len(ep.rules) == 0 {
 		return ep.defaults
@@ -294,10 +294,18 @@ func settingsFor(ep *cacheEndpoint, query url.Values) cacheSettings {
 			return s
 		}
 	}
+	params := 0
 	for p := range query {
-		if p != "access_token" && !named[p] {
+		if p == "access_token" {
+			continue
+		}
+		params++
+		if !named[p] {
 			return ep.defaults
 		}
+	}
+	if params == 0 {
+		return ep.defaults
 	}
 	return cacheSettings{}
 }

@@ -56,7 +56,8 @@ func TestCacheRuleSettings(t *testing.T) {
 	check("type=Other&id=7", "", false, 0)
 	check("type=Group", "", false, 0)
 	check("type=Group&id=7&filter_by=x", "cache", false, 1000)
-	check("", "", false, 0)
+	check("", "cache", false, 1000)                  // no parameter: the defaults
+	check("access_token=x", "cache", false, 1000)    // access_token is no parameter of the rules
 	check("type=Group&type=User&id=1", "", false, 0) // every value must be allowed by one rule
 
 	// No rules: the defaults (rule 2).

@@ -10,9 +10,10 @@
 -- * A rule pattern <param>:<value>&... agrees with a request when the request has exactly the
 --   rule's parameters (access_token aside: rule 4, fully scoped) with a value the rule allows (one
 --   of a comma-separated list, or * for any). The first rule that agrees applies, its settings
---   over the defaults. A request that agrees with no rule takes the defaults when it has a
---   parameter no rule names (rule 3, filter_by), and bypasses the cache otherwise (only calls
---   that agree with the rules are cached). An endpoint without rules takes its defaults.
+--   over the defaults. A request that agrees with no rule takes the defaults when it has no
+--   parameter or a parameter no rule names (rule 3, filter_by), and bypasses the cache otherwise
+--   (its parameters are the rules' but agree with none: only calls that agree are cached). An
+--   endpoint without rules takes its defaults.
 -- * Settings: action cache (look up, store on a miss) or invalidate (after a 2xx answer, drop the
 --   path's entries); session (entries per access token: from the Authorization header or the
 --   access_token parameter; no token bypasses the cache); expires in milliseconds; nx (store only
