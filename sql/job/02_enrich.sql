@@ -114,8 +114,7 @@ BEGIN
                               due_at, expires_at)
         SELECT d.topic, d.props ->> 'job_type', (d.props ->> 'priority')::integer, (d.props ->> 'superceedable')::boolean,
                (d.props ->> 'retry_limit')::integer, d.generation, d.parent_id,
-               job_private.unique_hash(d.topic, d.props, d.resource_type, d.action_type, d.resource_url, d.payload, d.ts,
-                                       d.generation, d.key_fields),
+               h.hash,
                encode(sha256(convert_to(jsonb_build_array(d.topic, d.props ->> 'job_type', d.resource_type, d.resource_url,
                                                           CASE WHEN jsonb_typeof(d.payload -> 'access_token') = 'string'
                                                                THEN d.payload ->> 'access_token' END)::text, 'UTF8')), 'hex'),
@@ -123,6 +122,13 @@ BEGIN
                now() + (d.props ->> 'due')::numeric * interval '1 minute',
                now() + (d.props ->> 'expires')::numeric * interval '1 minute'
         FROM unnest(p_drafts) d
+        -- job_private.unique_hash written out: a function call per job costs more than the hash.
+        CROSS JOIN LATERAL (
+            SELECT encode(sha256(convert_to(jsonb_object_agg(f.k, coalesce(x.doc -> f.k, 'null'::jsonb))::text, 'UTF8')), 'hex') AS hash
+            FROM (SELECT d.props || jsonb_build_object('topic', d.topic, 'resource_type', d.resource_type,
+                                                       'action_type', d.action_type, 'resource_url', d.resource_url,
+                                                       'payload', d.payload, 'timestamp', d.ts, 'generation', d.generation) AS doc) x
+            CROSS JOIN unnest(d.key_fields) AS f(k)) h
         WHERE d.generation <= coalesce(v_limit, 3)
         ORDER BY d.ord, d.topic
         RETURNING job.jobs.id, job.jobs.work_key, job.jobs.topic)
@@ -131,8 +137,9 @@ BEGIN
     FROM ins i;
 
     -- An older pending superceedable job of the same work: superseded by the newest.
+    -- The jobs just inserted have the call's highest ids: an older one has a smaller id than all.
     IF v_ids IS NOT NULL AND EXISTS (SELECT FROM job.jobs j WHERE j.work_key = ANY (v_keys) AND j.state = 'pending'
-                                        AND j.superceedable AND NOT j.id = ANY (v_ids)
+                                        AND j.superceedable AND j.id < v_ids[1]
                                      UNION ALL
                                      SELECT FROM unnest(v_keys) k GROUP BY k HAVING count(*) > 1) THEN
         WITH newest AS (SELECT k.key, max(k.id) AS id FROM unnest(v_keys, v_ids) AS k(key, id) GROUP BY k.key),
