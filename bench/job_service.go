@@ -370,4 +370,3 @@ func cacheWorkload(ctx context.Context, bn *bench, rp *report) error {
 	_, err = bn.raw.Exec(ctx, `SELECT api.cache_config_load('{}')`)
 	return err
 }
-
