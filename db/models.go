@@ -849,7 +849,7 @@ type JobJob struct {
 	ParentID *int64 `json:"parentId"`
 	// The unique hash over the rule's key_fields (hex SHA-256 of the canonical form, sql/job/02_enrich.sql): the deduplication key and the HTTP hook's Idempotency-Key.
 	UniqueHash string `json:"uniqueHash"`
-	// What "the same work" is for superseding: hex SHA-256 of topic, job_type, resource_type and resource_url (sql/job/02_enrich.sql).
+	// What "the same work" is for superseding: hex SHA-256 of topic, job_type, resource_type, resource_url and the payload's access_token (sql/job/02_enrich.sql).
 	WorkKey string `json:"workKey"`
 	// The event's resource_type.
 	ResourceType string `json:"resourceType"`
