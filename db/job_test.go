@@ -452,3 +452,25 @@ func TestJobEventRequestsIdempotency(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "refused SLIDM", *other[0].Status+" "+*other[0].SQLState)
 }
+
+func TestJobSourcesProfileUpdates(t *testing.T) {
+	e := newJobEnv(t)
+	e.load(jobBase + `
+sources:
+  profile_updates: True
+`)
+	e.exec(`INSERT INTO job.config_routes VALUES (20, '^(Update|Delete)$', '^Profile$', 'profiles')`)
+	_, err := db.New(e.tx).ProfileApplyBatch(e.ctx, db.ProfileApplyBatchParams{
+		Updates: json.RawMessage(`[{"_id": "c1", "_path": ["a"], "_value": {"_v": "1"}}, {"_id": "c1", "_path": ["b"], "_value": {"_v": "2"}}, {"_id": "c2", "_path": ["a"], "_value": {"_v": "3"}}]`)})
+	require.NoError(t, err)
+	require.Equal(t, "", e.str(`SELECT coalesce(string_agg(reason, '|'), '') FROM profile.dead_letters`))
+	// One event per profile the write touched, routed as any event.
+	require.Equal(t, "Update /profiles/_d/c1|Update /profiles/_d/c2", e.str(`SELECT string_agg(action_type || ' ' || resource_url, '|' ORDER BY resource_url) FROM job.jobs WHERE topic = 'profiles'`))
+	// Off: nothing more.
+	e.load(jobBase + "sources:\n  profile_updates: False\n")
+	e.exec(`INSERT INTO job.config_routes VALUES (20, '^(Update|Delete)$', '^Profile$', 'profiles')`)
+	_, err = db.New(e.tx).ProfileApplyBatch(e.ctx, db.ProfileApplyBatchParams{Updates: json.RawMessage(`[{"_id": "c3", "_path": ["a"], "_value": {"_v": "1"}}]`)})
+	require.NoError(t, err)
+	require.Equal(t, "2", e.str(`SELECT count(*)::text FROM job.jobs WHERE topic = 'profiles'`))
+	require.Contains(t, e.loadErr("sources: {series: True}"), "sources.series: unknown source")
+}

@@ -741,6 +741,8 @@ type JobConfig struct {
 	AffectedURL *string `json:"affectedUrl"`
 	// The enricher's defaults.job_properties, completed with Silo's own defaults (job_type invalidate, priority 1, due 0, expires 5, superceedable false, retry_limit 3).
 	Defaults json.RawMessage `json:"defaults"`
+	// sources: Silo's own changes that become events of the job service (profile_updates: every write of the profile store, sql/job/06_sources.sql).
+	Sources []string `json:"sources"`
 }
 
 // The enricher's rules: topics.<topic> (topic set) and common (topic NULL), in order, topic rules first. A job takes the first rule of its topic that matches, else the first common rule that matches; its properties are the rule's job_properties over the defaults.

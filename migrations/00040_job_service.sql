@@ -15,7 +15,8 @@ CREATE TABLE job.config (
     generations_limit  integer     NOT NULL CHECK (generations_limit >= 0),
     feed_worker_url    text,
     affected_url       text,
-    defaults           jsonb       NOT NULL
+    defaults           jsonb       NOT NULL,
+    sources            text[]      NOT NULL DEFAULT '{}'
 );
 COMMENT ON TABLE job.config IS 'The job service''s configuration as last loaded (one row): the whole document and its scalar settings; the rules are in job.config_routes, job.config_enrich, job.config_pools and job.config_generations.';
 COMMENT ON COLUMN job.config.id IS 'Always true: the table holds one row.';
@@ -26,6 +27,7 @@ COMMENT ON COLUMN job.config.unique_id_expiry IS 'deduper.unique_id_expiry: how 
 COMMENT ON COLUMN job.config.generations_limit IS 'job_publisher.generations_limit: the highest generation a job may have; a hook''s job beyond it is discarded and counted.';
 COMMENT ON COLUMN job.config.feed_worker_url IS 'feed_manager.worker_url: the URL template of the HTTP hook ({type} and {id} replaced by the job''s resource type and id).';
 COMMENT ON COLUMN job.config.affected_url IS 'cache_manager.ppro_user_id/token_endpoint: the URL template of the endpoint that lists the users affected by an invalidation ({type} and {id}).';
+COMMENT ON COLUMN job.config.sources IS 'sources: Silo''s own changes that become events of the job service (profile_updates: every write of the profile store, sql/job/06_sources.sql).';
 COMMENT ON COLUMN job.config.defaults IS 'The enricher''s defaults.job_properties, completed with Silo''s own defaults (job_type invalidate, priority 1, due 0, expires 5, superceedable false, retry_limit 3).';
 
 CREATE TABLE job.config_routes (

@@ -159,8 +159,9 @@ DECLARE
     v_cache    jsonb;
     v_affected jsonb;
     v_version  integer;
+    v_sources  text[] := '{}';
     v_known    text[] := ARRAY['kafka', 'job_scheduler', 'job_manager', 'enricher', 'topics', 'common', 'defaults',
-                               'deduper', 'job_publisher', 'feed_manager', 'cache_manager', 'rules', 'job_consumers'];
+                               'deduper', 'job_publisher', 'feed_manager', 'cache_manager', 'rules', 'job_consumers', 'sources'];
 BEGIN
     IF p_config IS NULL OR jsonb_typeof(p_config) <> 'object' THEN
         RAISE EXCEPTION 'the configuration must be a mapping' USING ERRCODE = 'SJCFG',
@@ -272,10 +273,27 @@ BEGIN
         PERFORM job_private.consumer_add(format('job_consumers[%s]', v_i + 1), v_e -> v_i);
     END LOOP;
 
-    INSERT INTO job.config AS c (id, version, document, unique_id_expiry, generations_limit, feed_worker_url, affected_url, defaults)
-    VALUES (true, 1, p_config, (v_dedup::text)::bigint, (v_gen::text)::integer, v_feed #>> '{}', v_affected #>> '{}', v_defaults)
+    -- sources: Silo's own changes routed as events.
+    v_e := p_config -> 'sources';
+    IF v_e IS NOT NULL AND v_e <> 'null' THEN
+        IF jsonb_typeof(v_e) <> 'object' THEN
+            PERFORM job_private.bad('sources', 'must be a mapping of source to True or False (profile_updates)');
+        END IF;
+        FOR v_key IN SELECT jsonb_object_keys(v_e) LOOP
+            IF v_key NOT IN ('profile_updates') THEN
+                PERFORM job_private.bad('sources.' || v_key, 'unknown source (known: profile_updates)');
+            ELSIF jsonb_typeof(v_e -> v_key) <> 'boolean' THEN
+                PERFORM job_private.bad('sources.' || v_key, 'must be True or False');
+            ELSIF (v_e ->> v_key)::boolean THEN
+                v_sources := v_sources || v_key;
+            END IF;
+        END LOOP;
+    END IF;
+
+    INSERT INTO job.config AS c (id, version, document, unique_id_expiry, generations_limit, feed_worker_url, affected_url, defaults, sources)
+    VALUES (true, 1, p_config, (v_dedup::text)::bigint, (v_gen::text)::integer, v_feed #>> '{}', v_affected #>> '{}', v_defaults, v_sources)
     ON CONFLICT (id) DO UPDATE
-    SET version = c.version + 1, loaded_at = now(), document = excluded.document,
+    SET version = c.version + 1, loaded_at = now(), document = excluded.document, sources = excluded.sources,
         unique_id_expiry = excluded.unique_id_expiry, generations_limit = excluded.generations_limit,
         feed_worker_url = excluded.feed_worker_url, affected_url = excluded.affected_url, defaults = excluded.defaults
     RETURNING c.version INTO v_version;
@@ -285,7 +303,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.job_config_load(jsonb) IS
-    'Checks and stores the job service''s configuration p_config (the seed''s YAML as JSON: job_scheduler.job_rules, the enricher''s topics, common and defaults (at the top level or under enricher), deduper.unique_id_expiry (default 60000 ms), job_publisher.generations_limit (default 3), feed_manager.worker_url, cache_manager (ppro_user_id/token_endpoint, and rules at the top level or under cache_manager), job_consumers; kafka, job_scheduler.kafka and job_manager are accepted and ignored), replacing the previous one whole, in job.config, job.config_routes, job.config_enrich, job.config_pools and job.config_generations. Returns the new version. Notifies silo_job_config (the running processes reload their pools) and publishes kind loaded on channel jobs:config. Raises SJCFG with the offending key (such as job_consumers[1].priority_ranges[2].pool_size) and what is wrong.';
+    'Checks and stores the job service''s configuration p_config (the seed''s YAML as JSON: job_scheduler.job_rules, the enricher''s topics, common and defaults (at the top level or under enricher), deduper.unique_id_expiry (default 60000 ms), job_publisher.generations_limit (default 3), feed_manager.worker_url, cache_manager (ppro_user_id/token_endpoint, and rules at the top level or under cache_manager), job_consumers, sources (profile_updates: True routes the profile store''s writes as events, sql/job/06_sources.sql); kafka, job_scheduler.kafka and job_manager are accepted and ignored), replacing the previous one whole, in job.config, job.config_routes, job.config_enrich, job.config_pools and job.config_generations. Returns the new version. Notifies silo_job_config (the running processes reload their pools) and publishes kind loaded on channel jobs:config. Raises SJCFG with the offending key (such as job_consumers[1].priority_ranges[2].pool_size) and what is wrong.';
 
 CREATE FUNCTION job_private.enrich_add(p_key text, p_topic text, p_ord integer, p_rule jsonb)
 RETURNS void

@@ -307,6 +307,8 @@ BEGIN
         RETURN QUERY SELECT 0, 0, 0, 0, 0, 0, false;
         RETURN;
     END IF;
+    -- What the hooks write is no new event (sql/job/06_sources.sql): a hook's jobs are generations.
+    PERFORM set_config('silo.job_hook', 'on', true);
     v_run := job_private.screen(v_ids);
     v_ok := job_private.claim(v_run);
     IF cardinality(v_ok) < cardinality(v_run) THEN
