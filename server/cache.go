@@ -90,7 +90,7 @@ type apiCache struct {
 const (
 	frontMax       = 10000
 	rulesTTLPolled = time.Second // without a listener, rules are read again this often
-	rulesTTLListen = 30 * time.Second
+	rulesTTLListen = time.Second // besides the notification of a new configuration
 )
 
 func newAPICache(q *db.Queries, log *slog.Logger, reg prometheus.Registerer) *apiCache {

@@ -172,7 +172,8 @@ An error names the offending key. Running Silo processes take the new pools at o
 		synopsis: "silo cache load-config FILE",
 		about: `Reads FILE (JSON or YAML: {"<METHOD>/path/": {"defaults": {...}, "overrides": {"rules": [...]}}}),
 checks it and stores it in cache.endpoints and cache.rules, replacing the previous rules and
-emptying the cache. An error names the offending key. Running Silo processes take it at once.`,
+emptying the cache. An error names the offending key. Running Silo processes take it within a
+second.`,
 		env: dbEnv,
 	}
 	cmdCache = &command{
