@@ -474,3 +474,14 @@ sources:
 	require.Equal(t, "2", e.str(`SELECT count(*)::text FROM job.jobs WHERE topic = 'profiles'`))
 	require.Contains(t, e.loadErr("sources: {series: True}"), "sources.series: unknown source")
 }
+
+func TestJobStateChangesArePublished(t *testing.T) {
+	e := newJobEnv(t)
+	e.load(jobBase)
+	rows := e.ingest(`[{"resource_type": "Post", "action_type": "Create", "payload": 1, "resource_url": "/posts/1"},
+	                   {"resource_type": "Post", "action_type": "Create", "payload": 1, "resource_url": "/posts/1"}]`)
+	e.dispatch("t1", 0, 5)
+	// One change per topic, kind and statement, ids only, admins only (readers {}).
+	require.Equal(t, "jobs:config loaded {}|jobs:t1 deduplicated ["+itoa(rows[1].JobIds[0])+"] {}|jobs:t1 done ["+itoa(rows[0].JobIds[0])+"] {}|jobs:t1 scheduled ["+itoa(rows[0].JobIds[0])+", "+itoa(rows[1].JobIds[0])+"] {}",
+		e.str(`SELECT string_agg(concat_ws(' ', channel, kind, payload -> 'ids', readers::text), '|' ORDER BY channel, kind) FROM change_private.outbox WHERE channel LIKE 'jobs:%'`))
+}

@@ -87,3 +87,30 @@ func TestCacheEndpointMatch(t *testing.T) {
 	require.True(t, etagMatches(`W/"abc", "def"`, `"abc"`))
 	require.False(t, etagMatches(`"abd"`, `"abc"`))
 }
+
+// FuzzCacheKey: any query gives a key, the same whatever the order of its parameters, and rule
+// matching never panics.
+func FuzzCacheKey(f *testing.F) {
+	f.Add("type=Group&id=7&access_token=x")
+	f.Add("a=%zz&&=&b")
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		k := cacheKey("GET", "/posts", q, "r:")
+		rev := url.Values{}
+		names := make([]string, 0, len(q))
+		for n := range q {
+			names = append(names, n)
+		}
+		for i := len(names) - 1; i >= 0; i-- {
+			vs := q[names[i]]
+			for j := len(vs) - 1; j >= 0; j-- {
+				rev.Add(names[i], vs[j])
+			}
+		}
+		require.Equal(t, k, cacheKey("GET", "/posts", rev, "r:"))
+		_ = settingsFor(endpointWith(t, `[{"rule": "type:Group&id:*", "params": {"type": ["Group"], "id": "*"}}]`), q)
+	})
+}
