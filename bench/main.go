@@ -34,6 +34,9 @@
 //	                     (SILO_BENCH_ONLY=series; series-ingest or series-store for a part)
 //	transport_ingest.go 11. series over MQTT (TLS, QoS 1) and websocket appends next to HTTP,
 //	                     1,000-point bodies from 4 clients (SILO_BENCH_ONLY=transport)
+//	job_service.go      12. the job service: intake next to River's InsertMany, dispatch to a no-op
+//	                     SQL hook next to River working no-op jobs, the API cache's hits and
+//	                     invalidations (SILO_BENCH_ONLY=jobs)
 //
 // A workload file registers its workload in an init function with register: its position in the
 // run and the SILO_BENCH_ONLY values that select it. SILO_BENCH_ONLY=apply runs workload 1 alone;

@@ -42,6 +42,20 @@ type APIBeltWork struct {
 	WaitingLanes       int32   `json:"waitingLanes"`
 }
 
+// The cache rules as the middleware reads them: per endpoint, method, path (pattern), the defaults (action, session, expires_ms, xx, nx; NULL when not given) and rules (a JSON array of {rule, params, action, session, expires_ms, xx, nx}, in order), version of the configuration.
+type APICacheRule struct {
+	Endpoint  string          `json:"endpoint"`
+	Method    string          `json:"method"`
+	Path      string          `json:"path"`
+	Action    *string         `json:"action"`
+	Session   *bool           `json:"session"`
+	ExpiresMs *int64          `json:"expiresMs"`
+	Xx        *bool           `json:"xx"`
+	Nx        *bool           `json:"nx"`
+	Rules     json.RawMessage `json:"rules"`
+	Version   int32           `json:"version"`
+}
+
 // Always empty: the row type of api.event_ingest_requests. request: the request's position in the call, from 1; ord: the event's position in its request, from 1 (NULL for a refused request); status: stored, duplicate or refused as in api.event_ingest (refused with ord NULL: the whole request); event_id, first_stored, sqlstate, reason: as in api.event_ingest; replayed: the request repeated an idempotency key and this row is the first answer (nothing was stored again).
 type APIEventIngestResult struct {
 	Request     *int32     `json:"request"`
@@ -74,6 +88,75 @@ type APIEventRow struct {
 	Headers       json.RawMessage `json:"headers"`
 	Payload       json.RawMessage `json:"payload"`
 	TotalCount    *int64          `json:"totalCount"`
+}
+
+// Always empty: the row type of api.job_dispatch. taken: jobs locked by the step; expired_or_duplicate: of those, dropped before dispatch; done, failed, retried: outcomes of the dispatched ones; children: jobs their hooks published; more: the step took as many as it could (another may find work).
+type APIJobDispatched struct {
+	Taken              *int32 `json:"taken"`
+	ExpiredOrDuplicate *int32 `json:"expiredOrDuplicate"`
+	Done               *int32 `json:"done"`
+	Failed             *int32 `json:"failed"`
+	Retried            *int32 `json:"retried"`
+	Children           *int32 `json:"children"`
+	More               *bool  `json:"more"`
+}
+
+// Always empty: the row type of api.job_event_ingest and api.job_event_ingest_requests. request: the request's position in the call (1 for api.job_event_ingest); ord: the event's position in its request, from 1 (NULL for a refused request); status: scheduled, unrouted or refused; job_ids and topics: the jobs it made; sqlstate and reason: why it was refused; replayed: the answer of an earlier request with the same idempotency key.
+type APIJobEventResult struct {
+	Request  *int32   `json:"request"`
+	Ord      *int32   `json:"ord"`
+	Status   *string  `json:"status"`
+	JobIds   []int64  `json:"jobIds"`
+	Topics   []string `json:"topics"`
+	SQLState *string  `json:"sqlstate"`
+	Reason   *string  `json:"reason"`
+	Replayed *bool    `json:"replayed"`
+}
+
+// The worker pools of the loaded configuration, as each process runs them: consumer, topic, hook (http, cache, mock, sql:<function>), lo and hi (the priority range), pool_size (workers per process), version (of the configuration).
+type APIJobPool struct {
+	Consumer string `json:"consumer"`
+	Topic    string `json:"topic"`
+	Hook     string `json:"hook"`
+	Lo       int32  `json:"lo"`
+	Hi       int32  `json:"hi"`
+	PoolSize int32  `json:"poolSize"`
+	Version  int32  `json:"version"`
+}
+
+// Per topic: the counters since the database was created (scheduled, deduplicated, superseded, expired, dispatched, failed, retried: dispatches that failed and will be tried again, discarded_generation: hook jobs beyond generations_limit) and the jobs pending and running now.
+type APIJobStat struct {
+	Topic               string `json:"topic"`
+	Scheduled           int64  `json:"scheduled"`
+	Deduplicated        int64  `json:"deduplicated"`
+	Superseded          int64  `json:"superseded"`
+	Expired             int64  `json:"expired"`
+	Dispatched          int64  `json:"dispatched"`
+	Failed              int64  `json:"failed"`
+	Retried             int64  `json:"retried"`
+	DiscardedGeneration int64  `json:"discardedGeneration"`
+	Pending             int64  `json:"pending"`
+	Running             int64  `json:"running"`
+}
+
+// Always empty: the row type of api.job_take. id, hook (http or cache), unique_hash (the Idempotency-Key), url (http: feed_manager.worker_url, placeholders unreplaced), resource_type ({type}), resource_id ({id}), resource_url, affected_url (cache: the affected-users endpoint template), rule_jobs (cache: the jobs of the first matching cache_manager rule, NULL when none), job (the job as JSON, what the HTTP hook posts).
+type APIJobTaken struct {
+	ID           *int64          `json:"id"`
+	Hook         *string         `json:"hook"`
+	UniqueHash   *string         `json:"uniqueHash"`
+	URL          *string         `json:"url"`
+	ResourceType *string         `json:"resourceType"`
+	ResourceID   *string         `json:"resourceId"`
+	ResourceURL  *string         `json:"resourceUrl"`
+	AffectedURL  *string         `json:"affectedUrl"`
+	RuleJobs     json.RawMessage `json:"ruleJobs"`
+	Job          json.RawMessage `json:"job"`
+}
+
+// Always empty: the row type of api.job_trim. jobs: finished jobs deleted; claims: ended deduplication claims deleted.
+type APIJobTrimmed struct {
+	Jobs   *int64 `json:"jobs"`
+	Claims *int64 `json:"claims"`
 }
 
 // Always empty: the row type of api.ods_ingest, api.ods_append and their *_requests forms. request: the request's position in the call (1 for a psql call); ord: the item's position in its request, from 1 (NULL for a request refused whole); status: stored, duplicate (an object with the same unit of work, createdAt and id is stored already) or refused; unit_of_work_id and object_id of the item; sqlstate and reason: why it was refused; replayed: the request repeated an idempotency key and this row is the first answer.
@@ -471,6 +554,92 @@ type BeltDeadLetter struct {
 	Replayed *time.Time `json:"replayed"`
 }
 
+// The cache configuration as last loaded (one row); its rules are in cache.endpoints and cache.rules.
+type CacheConfig struct {
+	// Always true: the table holds one row.
+	ID bool `json:"id"`
+	// How many configurations were loaded, this one included; processes reload when it changes.
+	Version int32 `json:"version"`
+	// When it was loaded.
+	LoadedAt time.Time `json:"loadedAt"`
+	// The document as loaded.
+	Document json.RawMessage `json:"document"`
+}
+
+// One row per "<METHOD>/path/" of the configuration: its defaults (NULL: none given). A request no endpoint matches bypasses the cache.
+type CacheEndpoint struct {
+	// The configuration's key, "<METHOD>/path/".
+	Endpoint string `json:"endpoint"`
+	// The HTTP method.
+	Method string `json:"method"`
+	// The path pattern: literal segments, {name} for any one segment, a trailing slash optional.
+	Path string `json:"path"`
+	// defaults.action: cache or invalidate.
+	Action *string `json:"action"`
+	// defaults.session: entries are per access token.
+	Session *bool `json:"session"`
+	// defaults.expires: an entry's lifetime in milliseconds.
+	ExpiresMs *int64 `json:"expiresMs"`
+	// defaults.xx: store only over an existing entry (Redis SET XX).
+	Xx *bool `json:"xx"`
+	// defaults.nx: store only when there is no entry (Redis SET NX).
+	Nx *bool `json:"nx"`
+}
+
+// Cached responses shared by every Silo process (unlogged: a crash empties it). Read and written by api.cache_get, api.cache_put; dropped by api.cache_invalidate, by cache jobs and by the profile store's writes.
+type CacheEntry struct {
+	// The cache key: method, path, and the query parameters sorted by name with their values sorted (access_token left out), and for a session entry the hash of the access token.
+	Key string `json:"key"`
+	// The request's path: invalidating a path drops its entries and those of the paths under it.
+	Path string `json:"path"`
+	// For a session entry, the SHA-256 (hex) of the access token; empty for a shared entry.
+	Session string `json:"session"`
+	// The HTTP status of the cached response (200).
+	Status int32 `json:"status"`
+	// Its Content-Type.
+	ContentType string `json:"contentType"`
+	// Its body.
+	Body []byte `json:"body"`
+	// Its ETag (a quoted hash of the body).
+	Etag string `json:"etag"`
+	// When it was stored.
+	CreatedAt time.Time `json:"createdAt"`
+	// When it expires.
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// Recent invalidations (the last minute): a response computed before an invalidation of its path and stored after it would be stale, so api.cache_put refuses it.
+type CacheInvalidation struct {
+	// The path invalidated (and the paths under it).
+	Path string `json:"path"`
+	// The session invalidated; empty: every session.
+	Session string `json:"session"`
+	// When.
+	At time.Time `json:"at"`
+}
+
+// overrides.rules of an endpoint, in order: a request whose query parameters agree with a rule takes the rule's settings over the endpoint's defaults.
+type CacheRule struct {
+	// The endpoint.
+	Endpoint string `json:"endpoint"`
+	// The rule's position, from 1.
+	Ord int32 `json:"ord"`
+	// The rule pattern as written, <param>:<value>&<param>:<value>... (a value: a word, a comma-separated list, or *).
+	Rule string `json:"rule"`
+	// The pattern parsed: {"<param>": ["<value>", ...]} or {"<param>": "*"}.
+	Params json.RawMessage `json:"params"`
+	// action (NULL: the default's).
+	Action *string `json:"action"`
+	// session (NULL: the default's).
+	Session *bool `json:"session"`
+	// expires in milliseconds (NULL: the default's).
+	ExpiresMs *int64 `json:"expiresMs"`
+	// xx (NULL: the default's).
+	Xx *bool `json:"xx"`
+	// nx (NULL: the default's).
+	Nx *bool `json:"nx"`
+}
+
 // Where SQL publishes many changes in one statement: INSERT INTO change_private.outbox (channel, kind, payload, readers) SELECT ... Columns: channel (a name without *), kind (what happened), payload (a JSON object of ids, never the data; default {}), readers (who may see it; default {}: admins only). Unlike api.change_publish it checks nothing beyond the NOT NULL columns of silo.change_pending (23502 for a NULL). The rows are numbered into silo.changes after commit; the statement notifies silo_change_pending once when no websocket hub is awake (the trigger of silo.change_pending), unless silo.change_notify is off. Reading it shows the plain pending rows (compact rows of profile changes unexpanded).
 type ChangePrivateOutbox struct {
 	Channel string          `json:"channel"`
@@ -573,6 +742,168 @@ type EventEventID struct {
 	CorrelationID string `json:"correlationId"`
 	// When the event was first stored.
 	Received time.Time `json:"received"`
+}
+
+// The job service's configuration as last loaded (one row): the whole document and its scalar settings; the rules are in job.config_routes, job.config_enrich, job.config_pools and job.config_generations.
+type JobConfig struct {
+	// Always true: the table holds one row.
+	ID bool `json:"id"`
+	// How many configurations were loaded, this one included; processes reload when it changes.
+	Version int32 `json:"version"`
+	// When this configuration was loaded.
+	LoadedAt time.Time `json:"loadedAt"`
+	// The configuration document as loaded (YAML read as JSON).
+	Document json.RawMessage `json:"document"`
+	// deduper.unique_id_expiry: how long, in milliseconds, a dispatched job's unique hash blocks jobs with the same hash.
+	UniqueIDExpiry int64 `json:"uniqueIdExpiry"`
+	// job_publisher.generations_limit: the highest generation a job may have; a hook's job beyond it is discarded and counted.
+	GenerationsLimit int32 `json:"generationsLimit"`
+	// feed_manager.worker_url: the URL template of the HTTP hook ({type} and {id} replaced by the job's resource type and id).
+	FeedWorkerURL *string `json:"feedWorkerUrl"`
+	// cache_manager.ppro_user_id/token_endpoint: the URL template of the endpoint that lists the users affected by an invalidation ({type} and {id}).
+	AffectedURL *string `json:"affectedUrl"`
+	// The enricher's defaults.job_properties, completed with Silo's own defaults (job_type invalidate, priority 1, due 0, expires 5, superceedable false, retry_limit 3).
+	Defaults json.RawMessage `json:"defaults"`
+	// sources: Silo's own changes that become events of the job service (profile_updates: every write of the profile store, sql/job/06_sources.sql).
+	Sources []string `json:"sources"`
+}
+
+// The enricher's rules: topics.<topic> (topic set) and common (topic NULL), in order, topic rules first. A job takes the first rule of its topic that matches, else the first common rule that matches; its properties are the rule's job_properties over the defaults.
+type JobConfigEnrich struct {
+	// The rule's position: topic rules in document order, then common rules.
+	Ord int32 `json:"ord"`
+	// The topic the rule is for; NULL for a common rule (any topic).
+	Topic *string `json:"topic"`
+	// match.action_type: the event's action_type must equal it (NULL: any).
+	ActionType *string `json:"actionType"`
+	// match.resource_type: the event's resource_type must equal it (NULL: any).
+	ResourceType *string `json:"resourceType"`
+	// match.job_type: for a hook's jobs, the parent's job_type must equal it (NULL: any).
+	JobType *string `json:"jobType"`
+	// The job fields whose values form the unique hash (sql/job/02_enrich.sql gives the canonical form).
+	KeyFields []string `json:"keyFields"`
+	// The properties the rule sets (superceedable, job_type, priority, due, expires, retry_limit), over the defaults.
+	JobProperties json.RawMessage `json:"jobProperties"`
+}
+
+// cache_manager rules: the jobs the cache hook makes from a job it ran, by the job's action, resource and job types; the first matching rule applies.
+type JobConfigGeneration struct {
+	// The rule's position, from 1.
+	Ord int32 `json:"ord"`
+	// match.action_type (NULL: any).
+	ActionType *string `json:"actionType"`
+	// match.resource_type (NULL: any).
+	ResourceType *string `json:"resourceType"`
+	// match.job_type (NULL: any).
+	JobType *string `json:"jobType"`
+	// The rule's jobs, a JSON array of {others_affected, entity_type, entity_id_offset, params, topic, update_fields}.
+	Jobs json.RawMessage `json:"jobs"`
+}
+
+// job_consumers: one row per topic of a consumer and priority range, the worker pool that dispatches that topic's jobs of that range to the consumer's hook.
+type JobConfigPool struct {
+	// The consumer's name.
+	Consumer string `json:"consumer"`
+	// The topic its workers take jobs from.
+	Topic string `json:"topic"`
+	// The hook: http (feed_manager.worker_url), cache (the cache hook), mock (completes the job, does nothing) or sql:<function> (a SQL function (jsonb) RETURNS jsonb).
+	Hook string `json:"hook"`
+	// The lowest priority of the range (lower numbers are more urgent).
+	Lo int32 `json:"lo"`
+	// The highest priority of the range.
+	Hi int32 `json:"hi"`
+	// How many workers each process runs for the range.
+	PoolSize int32 `json:"poolSize"`
+}
+
+// job_scheduler.job_rules: the router's rules, in order. An event makes a job on the topic of every rule whose two regular expressions match its action and resource types.
+type JobConfigRoute struct {
+	// The rule's position in job_rules, from 1.
+	Ord int32 `json:"ord"`
+	// A regular expression (PostgreSQL ~, unanchored unless written with ^ and $) on the event's action_type.
+	ActionType string `json:"actionType"`
+	// A regular expression on the event's resource_type.
+	ResourceType string `json:"resourceType"`
+	// The topic of the job the rule makes.
+	Topic string `json:"topic"`
+}
+
+// Counters per topic that outlive the jobs they count: scheduled, deduplicated, superseded, expired, dispatched, failed, retried, discarded_generation (a hook's job beyond generations_limit).
+type JobCounter struct {
+	// The topic.
+	Topic string `json:"topic"`
+	// The counter's name.
+	Counter string `json:"counter"`
+	// A writer adds to one of 16 rows per counter (the backend's pid mod 16), so concurrent workers do not queue on one row lock; a count is the sum of its shards.
+	Shard int16 `json:"shard"`
+	// This shard's count since the database was created.
+	N int64 `json:"n"`
+}
+
+// The deduper's claims (the seed's Redis keys): a dispatched job's unique hash, until expires_at (dispatch + unique_id_expiry ms). Inserted in the transaction that completes the job, so a worker that dies claims nothing.
+type JobDedup struct {
+	// The job's unique hash.
+	UniqueHash string `json:"uniqueHash"`
+	// The job that claimed it.
+	JobID int64 `json:"jobId"`
+	// When the claim ends; a later job with the hash is dispatched again.
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// Jobs, from their publication to their end: pending (waiting in its topic, due at due_at), running (taken by an HTTP or cache hook's worker until leased_until), and the end states done, expired, deduplicated, superseded, failed (retries exhausted or a permanent error: the dead letters) and discarded (never stored: see job.counters).
+type JobJob struct {
+	// The job's id.
+	ID int64 `json:"id"`
+	// Its topic (the seed's Kafka topic): the pools of job.config_pools take it.
+	Topic string `json:"topic"`
+	// pending, running, done, expired, deduplicated, superseded or failed.
+	State string `json:"state"`
+	// job_properties.job_type.
+	JobType string `json:"jobType"`
+	// job_properties.priority: lower numbers are more urgent; the pool whose range holds it takes it.
+	Priority int32 `json:"priority"`
+	// job_properties.superceedable: a newer job with the same work_key replaces it while it is pending.
+	Superceedable bool `json:"superceedable"`
+	// job_properties.retry_limit: how often a failed dispatch is retried.
+	RetryLimit int32 `json:"retryLimit"`
+	// Dispatches that failed so far.
+	Attempts int32 `json:"attempts"`
+	// 1 for a job made from an event; a hook's job has its parent's generation + 1.
+	Generation int32 `json:"generation"`
+	// The job whose hook made this one (NULL for a job made from an event).
+	ParentID *int64 `json:"parentId"`
+	// The unique hash over the rule's key_fields (hex SHA-256 of the canonical form, sql/job/02_enrich.sql): the deduplication key and the HTTP hook's Idempotency-Key.
+	UniqueHash string `json:"uniqueHash"`
+	// What "the same work" is for superseding: hex SHA-256 of topic, job_type, resource_type, resource_url and the payload's access_token (sql/job/02_enrich.sql).
+	WorkKey string `json:"workKey"`
+	// The event's resource_type.
+	ResourceType string `json:"resourceType"`
+	// The event's action_type.
+	ActionType string `json:"actionType"`
+	// The event's resource_url (NULL when it had none).
+	ResourceURL *string `json:"resourceUrl"`
+	// The event's payload.
+	Payload json.RawMessage `json:"payload"`
+	// The event's timestamp (NULL when it had none).
+	EventTs *time.Time `json:"eventTs"`
+	// Its job_properties as enriched (superceedable, job_type, priority, due, expires, retry_limit and any other the rule set).
+	Properties json.RawMessage `json:"properties"`
+	// When it was published.
+	CreatedAt time.Time `json:"createdAt"`
+	// When it may be dispatched: publication + due minutes, later after a failed dispatch (back-off).
+	DueAt time.Time `json:"dueAt"`
+	// When it expires: publication + expires minutes. An expired job is dropped before dispatch.
+	ExpiresAt time.Time `json:"expiresAt"`
+	// For a running job: when its worker's lease ends; a job whose lease passed is taken again (its worker died).
+	LeasedUntil *time.Time `json:"leasedUntil"`
+	// When it reached its end state.
+	FinishedAt *time.Time `json:"finishedAt"`
+	// For a superseded job: the job that replaced it.
+	SupersededBy *int64 `json:"supersededBy"`
+	// The error of its last failed dispatch.
+	LastError *string `json:"lastError"`
+	// The SQLSTATE of its last failed dispatch (HTTP for an HTTP status, NET for a network error).
+	LastSQLState *string `json:"lastSqlstate"`
 }
 
 // The global statuses a process-flow event may carry, and which are terminal: the first event with a terminal status sets its unit of work's finishedAt. A DBA may add statuses; an event with a status not listed here is refused (SOSTA).

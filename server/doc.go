@@ -16,6 +16,7 @@
 //	router.go                      Silo's own routes and the account routes (/{username}/...)
 //	                               on two muxes, and the JSON 404 and 405
 //	account_meta.go                Pryv's meta on every answer of the account routes
+//	cache.go                       the API cache around Silo's own routes (rules, front cache, ETag)
 //	middleware.go                  request logging, metrics and panics (instrument)
 //	auth.go                        token → identity (api.token_authenticate), writer and admin checks
 //	respond.go                     reading bodies and parameters, JSON answers, fail

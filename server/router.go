@@ -20,6 +20,8 @@ type router struct {
 	instrument func(route string, h http.HandlerFunc) http.Handler
 	missMain   http.Handler
 	missAcct   http.Handler
+	// ownRoutes serves the requests of Silo's own routes: main, or the API cache around it.
+	ownRoutes http.Handler
 }
 
 func newRouter(instrument func(string, http.HandlerFunc) http.Handler) *router {
@@ -84,6 +86,10 @@ func (rt *router) accountPath(path string) bool {
 
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := rt.main.Handler(r); pattern != "" {
+		if rt.ownRoutes != nil {
+			rt.ownRoutes.ServeHTTP(w, r)
+			return
+		}
 		rt.main.ServeHTTP(w, r)
 		return
 	}

@@ -24,7 +24,7 @@ func newServer(cfg Config) *server {
 		cfg.MaxBodyBytes = 32 << 20
 	}
 	s := &server{pool: cfg.Pool, log: cfg.Logger, version: cfg.Version,
-		maxBody: cfg.MaxBodyBytes, metrics: newMetrics(cfg.Pool, cfg.Registry), hub: cfg.Hub}
+		maxBody: cfg.MaxBodyBytes, metrics: newMetrics(cfg.Pool, cfg.Registry), hub: cfg.Hub, cacheCtx: cfg.CacheContext}
 	s.q = db.New(timedDB{DBTX: cfg.Pool, m: s.metrics})
 	if cfg.Hub != nil {
 		for _, c := range cfg.Hub.Collectors() {
@@ -70,6 +70,11 @@ func (s *server) routes() http.Handler {
 	s.eventRoutes(route)
 	s.odsRoutes(route)
 	s.purgeRoutes(route)
+	s.jobJoin = s.newJobJoin()
+	route("POST /job-events", s.jobEvents)
+	route("GET /jobs", s.jobList)
+	route("GET /jobs/stats", s.jobStats)
+	route("GET /jobs/{id}", s.jobGet)
 
 	// Accounts in Pryv's model, under /{username}/: a mux of their own (router.go says why).
 	account := func(pattern string, h http.HandlerFunc) {
@@ -92,5 +97,13 @@ func (s *server) routes() http.Handler {
 	account("DELETE /{username}/events/{id}/series", s.seriesDelete)
 	account("POST /{username}/series/batch", s.seriesBatch)
 
+	// The API cache, around Silo's own routes (not the account routes).
+	if s.pool != nil {
+		cache := newAPICache(s.q, s.log, s.metrics.registry)
+		if s.cacheCtx != nil {
+			cache.listen(s.cacheCtx, s.pool)
+		}
+		rt.ownRoutes = cacheWrap(cache, s.authenticate, rt.main)
+	}
 	return rt
 }

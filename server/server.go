@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,6 +24,10 @@ type Config struct {
 	// Hub serves change notifications on GET /ws (nil: the route answers 503). The caller starts
 	// and stops it with the process.
 	Hub *change.Hub
+	// CacheContext, when set, gives the API cache its front cache in memory, kept coherent by a
+	// LISTEN connection on silo_cache that lives until the context ends. Unset: the cache uses
+	// the shared store (cache.entries) alone.
+	CacheContext context.Context
 }
 
 // server is what every handler shares: the pool and its generated queries, the logger, the
@@ -37,7 +42,9 @@ type server struct {
 
 	identities  identityCache
 	applyJoin   *joiner[[]string, db.ProfileApplyRequestsRow] // POST /profile-updates, by readers
+	jobJoin     *joiner[struct{}, db.APIJobEventResult]       // POST /job-events
 	enqueueJoin *joiner[string, db.ProfileEnqueueRequestsRow] // its async mode, by priority
 	seriesJoin  *joiner[struct{}, db.SeriesAppendRequestsRow] // the series write routes
 	hub         *change.Hub
+	cacheCtx    context.Context // Config.CacheContext: while it lasts, the API cache hears invalidations
 }

@@ -15,4 +15,4 @@ var FS embed.FS
 // Domains lists the domain folders in the order they are run. A domain comes after the domains
 // whose functions its SQL-language functions and views call (PostgreSQL checks those bodies when
 // they are created); PL/pgSQL bodies are checked when they run, and by the SQL lint of the tests.
-var Domains = []string{"error", "settings", "partition", "auth", "change", "idempotency", "profile", "account", "series", "event", "belt", "ods", "purge"}
+var Domains = []string{"error", "settings", "partition", "auth", "change", "idempotency", "profile", "account", "series", "event", "belt", "ods", "purge", "cache", "job"}

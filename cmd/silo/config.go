@@ -31,6 +31,7 @@ type config struct {
 	jobRescueAfter      time.Duration // 0: worker's default
 	updaterWorkers      int
 	beltWorkers         int
+	jobs                bool // the job manager runs in this process (up, work)
 	metricsAddr         string
 	dbMaxConns          int32  // 0: pool_max_conns of DATABASE_URL, else pgxpool's default
 	appName             string // application_name of the pool's connections: "silo <command>"
@@ -57,6 +58,7 @@ func loadConfig() (config, error) {
 		reaperBudget:        time.Minute,
 		updaterWorkers:      2,
 		beltWorkers:         2,
+		jobs:                true,
 		metricsAddr:         os.Getenv("SILO_METRICS_ADDR"),
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(envOr("SILO_LOG_LEVEL", "info"))); err != nil {
@@ -92,6 +94,13 @@ func loadConfig() (config, error) {
 			return cfg, fmt.Errorf("SILO_BELT_WORKERS: not a number from 0 to 256: %q", v)
 		}
 		cfg.beltWorkers = n
+	}
+	switch v := os.Getenv("SILO_JOBS"); v {
+	case "", "on":
+	case "off":
+		cfg.jobs = false
+	default:
+		return cfg, fmt.Errorf("SILO_JOBS: on or off, got %q", v)
 	}
 	if v := os.Getenv("SILO_DB_MAX_CONNS"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -138,6 +138,8 @@ func dispatch(args []string, stdout io.Writer) error {
 		return cmdTokenRun(rest, stdout)
 	case cmdUser:
 		return cmdUserRun(rest, stdout)
+	case cmdJobs, cmdCache:
+		return cmdLoadConfigRun(cmd, rest, stdout)
 	case cmdPsql:
 		psqlArgs, help := psqlArgs(rest)
 		if help {

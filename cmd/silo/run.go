@@ -105,6 +105,12 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 				logger.Info("belts started", "workers", cfg.beltWorkers)
 				stops = append(stops, belts.Stop)
 			}
+			if cfg.jobs {
+				jobs := worker.NewJobs(pool, worker.JobConfig{Logger: logger, Registerer: registry})
+				jobs.Start(ctx)
+				logger.Info("job manager started")
+				stops = append(stops, jobs.Stop)
+			}
 			if metricsLn != nil {
 				registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 				mux := http.NewServeMux()
@@ -117,6 +123,7 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 			if !work || cfg.updaterWorkers == 0 {
 				registry.MustRegister(worker.NewBacklogCollector(pool)) // the updater registers it otherwise
 			}
+			registry.MustRegister(worker.NewJobStatsCollector(pool))
 			// Change notifications (package change): the process's LISTEN connection and its
 			// websocket sessions, served by the HTTP API on GET /ws.
 			hub := change.NewHub(change.Config{Pool: pool, Logger: logger})
@@ -124,7 +131,7 @@ func cmdRun(ctx context.Context, cfg config, logger *slog.Logger, serve, work bo
 				return err
 			}
 			stops = append([]func(context.Context) error{hub.Stop}, stops...)
-			handler, broker, err := server.NewWithMQTT(server.Config{Pool: pool, Logger: logger, Version: version(), Registry: registry, Hub: hub})
+			handler, broker, err := server.NewWithMQTT(server.Config{Pool: pool, Logger: logger, Version: version(), Registry: registry, Hub: hub, CacheContext: ctx})
 			if err != nil {
 				return err
 			}

@@ -46,6 +46,8 @@ var envDocs = map[string]string{
 		"(up, serve); River's listener, the updater's own pool of 2 x SILO_UPDATER_WORKERS + 1\n" +
 		"and its listener, the belts' own pool of SILO_BELT_WORKERS + 1 and their\n" +
 		"listener (up, work)",
+	"SILO_JOBS": "on or off (default on): this process runs the job manager's pools (the\n" +
+		"configuration's job_consumers, loaded with silo jobs load-config)",
 	"SILO_METRICS_ADDR":   "where silo work serves /metrics (default unset: not served; silo up\nand silo serve serve it on SILO_ADDR)",
 	"SILO_TEMPDB_DURABLE": "set: the throw-away cluster keeps fsync and synchronous commit on (benchmarks)",
 	"SILO_MQTT_ADDR": "MQTT broker listen address, host:port (default :8883; off: no broker):\n" +
@@ -61,7 +63,7 @@ var (
 	dbEnv  = []string{"DATABASE_URL", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS"}
 	allEnv = []string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
 		"SILO_DEAD_LETTER_RETENTION", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_JOB_RESCUE_AFTER", "SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS",
-		"SILO_METRICS_ADDR", "SILO_TEMPDB_DURABLE", "SILO_MQTT_ADDR", "SILO_MQTT_CERT", "SILO_MQTT_KEY", "SILO_MQTT_PLAIN"}
+		"SILO_JOBS", 		"SILO_METRICS_ADDR", "SILO_TEMPDB_DURABLE", "SILO_MQTT_ADDR", "SILO_MQTT_CERT", "SILO_MQTT_KEY", "SILO_MQTT_PLAIN"}
 	mqttEnv = []string{"SILO_MQTT_ADDR", "SILO_MQTT_CERT", "SILO_MQTT_KEY", "SILO_MQTT_PLAIN"}
 )
 
@@ -83,7 +85,7 @@ an address in use or malformed fails at once.
 
 ` + embeddedNote,
 		env: append([]string{"DATABASE_URL", "SILO_ADDR", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
-			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_JOB_RESCUE_AFTER", "SILO_DEAD_LETTER_RETENTION"}, mqttEnv...),
+			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_JOBS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_JOB_RESCUE_AFTER", "SILO_DEAD_LETTER_RETENTION"}, mqttEnv...),
 	}
 	cmdMigrate = &command{
 		name: "migrate", summary: "apply migrations and rebuild schema api",
@@ -113,7 +115,7 @@ run against one database.
 
 ` + embeddedNote,
 		env: []string{"DATABASE_URL", "SILO_DATA_DIR", "SILO_PG_BIN", "SILO_LOG_LEVEL", "SILO_DB_MAX_CONNS",
-			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_JOB_RESCUE_AFTER", "SILO_DEAD_LETTER_RETENTION",
+			"SILO_UPDATER_WORKERS", "SILO_BELT_WORKERS", "SILO_JOBS", "SILO_REAPER_INTERVAL", "SILO_REAPER_BUDGET", "SILO_JOB_RESCUE_AFTER", "SILO_DEAD_LETTER_RETENTION",
 			"SILO_METRICS_ADDR"},
 	}
 	cmdTokenCreate = &command{
@@ -164,6 +166,38 @@ the first segment of one of Silo's own routes (profiles, events, ws, ...).`,
 		env:      dbEnv,
 		subs:     []*command{cmdUserCreate},
 	}
+	cmdJobsLoadConfig = &command{
+		name: "jobs load-config", summary: "check and load the job service's configuration",
+		synopsis: "silo jobs load-config FILE",
+		about: `Reads FILE (YAML, the job service's configuration: job_scheduler.job_rules, the enricher's
+topics, common and defaults, deduper, job_publisher, feed_manager, cache_manager and its rules,
+job_consumers), checks it and stores it in the job.config tables, replacing the previous one.
+An error names the offending key. Running Silo processes take the new pools at once.`,
+		env: dbEnv,
+	}
+	cmdJobs = &command{
+		name: "jobs", summary: "configure the job service",
+		synopsis: "silo jobs load-config FILE",
+		about:    "Manages the job service's configuration.",
+		env:      dbEnv,
+		subs:     []*command{cmdJobsLoadConfig},
+	}
+	cmdCacheLoadConfig = &command{
+		name: "cache load-config", summary: "check and load the API cache's rules",
+		synopsis: "silo cache load-config FILE",
+		about: `Reads FILE (JSON or YAML: {"<METHOD>/path/": {"defaults": {...}, "overrides": {"rules": [...]}}}),
+checks it and stores it in cache.endpoints and cache.rules, replacing the previous rules and
+emptying the cache. An error names the offending key. Running Silo processes take it within a
+second.`,
+		env: dbEnv,
+	}
+	cmdCache = &command{
+		name: "cache", summary: "configure the API cache",
+		synopsis: "silo cache load-config FILE",
+		about:    "Manages the API cache's rules.",
+		env:      dbEnv,
+		subs:     []*command{cmdCacheLoadConfig},
+	}
 	cmdPsql = &command{
 		name: "psql", summary: "psql on the configured or embedded database",
 		synopsis: "silo psql [--] [PSQL ARGS...]",
@@ -203,7 +237,7 @@ fails when --wait passes first or the connection ends.`,
 			fs.Duration("wait", 30*time.Second, "how long answers are awaited once stdin has ended")
 		},
 	}
-	commands = []*command{cmdUp, cmdMigrate, cmdServe, cmdWork, cmdToken, cmdUser, cmdPsql, cmdTempDB, cmdWS, cmdVersion, cmdHelp}
+	commands = []*command{cmdUp, cmdMigrate, cmdServe, cmdWork, cmdToken, cmdUser, cmdJobs, cmdCache, cmdPsql, cmdTempDB, cmdWS, cmdVersion, cmdHelp}
 )
 
 func findCommand(name string) *command {

@@ -61,6 +61,11 @@
 --   second); payload {"id"}, the event id; readers {account:{username}}, the reader role of that
 --   user's accesses (sql/account/08_change.sql). account:{username}:streams: kind created, payload
 --   {"id"}, the stream id, same readers.
+-- * jobs:{topic}: the job service's state changes (sql/job/), one change per topic, kind and
+--   statement: kinds scheduled, superseded, expired, deduplicated, done, failed and retry (a failed
+--   dispatch that will be tried again); payload {"ids": [...]}, the job ids; readers {} (admins
+--   only: a job carries its event's payload). jobs:config: kind loaded, payload {"version"}, when
+--   a configuration is loaded.
 -- * Any other channel a domain or a DBA publishes with api.change_publish or change_private.outbox,
 --   named {namespace}:{name} (ops:deploy, reports:daily).
 --

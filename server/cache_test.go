@@ -1,0 +1,117 @@
+package server_test
+
+// The API cache over HTTP, against two servers on one database (two Silo processes): a miss then
+// hits (front and shared), ETag and 304, session entries per token (header or access_token
+// parameter), invalidation by the profile store's writes and by api.cache_invalidate, seen by
+// both servers.
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/silo-db/silo/server"
+)
+
+type cacheResp struct {
+	status int
+	body   string
+	header http.Header
+}
+
+func cacheGet(t *testing.T, base, path, auth string, hdr map[string]string) cacheResp {
+	t.Helper()
+	req, err := http.NewRequest("GET", base+path, nil)
+	require.NoError(t, err)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return cacheResp{resp.StatusCode, string(raw), resp.Header}
+}
+
+func TestAPICache(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s1 := httptest.NewServer(server.New(server.Config{Pool: b.pool, Version: "test", CacheContext: ctx}))
+	s2 := httptest.NewServer(server.New(server.Config{Pool: b.pool, Version: "test", CacheContext: ctx}))
+	t.Cleanup(s1.Close)
+	t.Cleanup(s2.Close)
+	_, err := b.pool.Exec(context.Background(), `SELECT api.cache_config_load('{
+		"GET/profiles/{profileType}/{correlationId}/": {"defaults": {"action": "cache", "session": "false", "expires": "60000 ms"}},
+		"GET/profiles/{profileType}/{correlationId}/grain/{a}": {"defaults": {"action": "cache", "session": true, "expires": 60000}}}')`)
+	require.NoError(t, err)
+	w := "Bearer " + b.writer
+	code, _ := b.do(t, "POST", "/profile-updates", w, `[{"_id": "c1", "_path": ["a"], "_value": {"_v": "one", "_reader": "_auth"}}]`)
+	require.Equal(t, 200, code)
+
+	r := "Bearer " + b.reader
+	first := cacheGet(t, s1.URL, "/profiles/_d/c1", r, nil)
+	require.Equal(t, 200, first.status, first.body)
+	require.Equal(t, "miss", first.header.Get("X-Silo-Cache"))
+	require.Contains(t, first.body, "one")
+	etag := first.header.Get("ETag")
+	require.NotEmpty(t, etag)
+	again := cacheGet(t, s1.URL, "/profiles/_d/c1", r, nil)
+	require.Equal(t, "hit", again.header.Get("X-Silo-Cache"))
+	require.Equal(t, first.body, again.body)
+	require.Equal(t, etag, again.header.Get("ETag"))
+	require.Empty(t, again.header.Get("Cache-Control"), "a shared entry is not private")
+	// The other process finds it in the shared store.
+	other := cacheGet(t, s2.URL, "/profiles/_d/c1", r, nil)
+	require.Equal(t, "hit", other.header.Get("X-Silo-Cache"))
+	// If-None-Match: 304, no body.
+	nm := cacheGet(t, s1.URL, "/profiles/_d/c1", r, map[string]string{"If-None-Match": etag})
+	require.Equal(t, 304, nm.status)
+	require.Empty(t, nm.body)
+	// A caller with other readers has an entry of its own; a caller without a token is refused by
+	// the handler as before.
+	pers := cacheGet(t, s1.URL, "/profiles/_d/c1", "Bearer "+b.pr, nil)
+	require.Equal(t, "miss", pers.header.Get("X-Silo-Cache"))
+	require.Equal(t, 401, cacheGet(t, s1.URL, "/profiles/_d/c1", "", nil).status)
+
+	// A profile update invalidates the profile's cached reads in both processes.
+	code, _ = b.do(t, "POST", "/profile-updates", w, `[{"_id": "c1", "_path": ["a"], "_value": {"_v": "two", "_reader": "_auth"}}]`)
+	require.Equal(t, 200, code)
+	for _, base := range []string{s1.URL, s2.URL} {
+		require.Eventually(t, func() bool {
+			g := cacheGet(t, base, "/profiles/_d/c1", r, nil)
+			return strings.Contains(g.body, "two")
+		}, 2*time.Second, 10*time.Millisecond, base)
+	}
+
+	// Session entries: per token, private; the access_token parameter is a token too (and is not
+	// part of the key).
+	g1 := cacheGet(t, s1.URL, "/profiles/_d/c1/grain/a", r, nil)
+	require.Equal(t, 200, g1.status, g1.body)
+	require.Equal(t, "miss", g1.header.Get("X-Silo-Cache"))
+	require.Equal(t, "private", g1.header.Get("Cache-Control"))
+	require.Equal(t, "hit", cacheGet(t, s1.URL, "/profiles/_d/c1/grain/a?access_token="+b.reader, "", nil).header.Get("X-Silo-Cache"))
+	require.Equal(t, "miss", cacheGet(t, s1.URL, "/profiles/_d/c1/grain/a", "Bearer "+b.admin, nil).header.Get("X-Silo-Cache"))
+
+	// api.cache_invalidate of the profile's path drops its grain reads too, everywhere.
+	_, err = b.pool.Exec(context.Background(), `SELECT api.cache_invalidate('/profiles/_d/c1')`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return cacheGet(t, s2.URL, "/profiles/_d/c1/grain/a", r, nil).header.Get("X-Silo-Cache") == "miss"
+	}, 2*time.Second, 10*time.Millisecond)
+
+	// A path no rule names is not cached.
+	h := cacheGet(t, s1.URL, "/healthz", "", nil)
+	require.Empty(t, h.header.Get("X-Silo-Cache"))
+}
