@@ -176,9 +176,12 @@ func beltWorkload(ctx context.Context, bn *bench, rp *report) error {
 	if err := bn.raw.QueryRow(ctx, `SELECT to_regprocedure('belt_private.python_run(bigint,integer,text,jsonb,jsonb)') IS NOT NULL`).Scan(&python); err != nil {
 		return err
 	}
-	if lps := os.Getenv("SILO_BENCH_BELT_LANES_PER_STEP"); lps != "" {
-		if _, err := bn.raw.Exec(ctx, `UPDATE silo.settings SET value = $1 WHERE key = 'belt.lanes_per_step'`, lps); err != nil {
-			return err
+	// Knobs for trying other step shapes: SILO_BENCH_BELT_LANES_PER_STEP, SILO_BENCH_BELT_BATCH_SIZE.
+	for env, key := range map[string]string{"SILO_BENCH_BELT_LANES_PER_STEP": "belt.lanes_per_step", "SILO_BENCH_BELT_BATCH_SIZE": "belt.batch_size"} {
+		if v := os.Getenv(env); v != "" {
+			if _, err := bn.raw.Exec(ctx, `UPDATE silo.settings SET value = $1 WHERE key = $2`, v, key); err != nil {
+				return err
+			}
 		}
 	}
 	belts := worker.NewBelts(bn.silo, worker.BeltConfig{Workers: beltWorkers, Logger: slog.New(slog.DiscardHandler)})
