@@ -87,30 +87,13 @@ func (s *server) eventIngest(w http.ResponseWriter, r *http.Request, join *joine
 		}
 		if row.Status == "refused" {
 			refused++
-			e := &errorObject{ID: "invalid-event", Data: map[string]any{}}
-			if row.SQLState != nil {
-				e.Data["sqlstate"] = *row.SQLState
-				if def, ok := lookupError(*row.SQLState); ok {
-					e.ID = def.ID
-				}
-			}
-			if row.Reason != nil {
-				e.Message = *row.Reason
-			}
-			out[i].Error = e
+			out[i].Error = itemRefusal("invalid-event", row.SQLState, row.Reason)
 		}
 		if row.Replayed {
 			w.Header().Set("Idempotent-Replayed", "true")
 		}
 	}
-	status := http.StatusOK
-	switch {
-	case refused > 0 && refused == len(rows):
-		status = http.StatusUnprocessableEntity
-	case refused > 0:
-		status = http.StatusMultiStatus
-	}
-	writeEventJSON(w, status, out)
+	writeEventJSON(w, perItemStatus(refused, len(rows)), out)
 }
 
 // eventDoc is one event in the answers of the reads (Granary's shape, plus correlationId,

@@ -67,14 +67,7 @@ func (s *server) jobEvents(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Idempotent-Replayed", "true")
 		}
 	}
-	status := http.StatusOK
-	switch {
-	case refused > 0 && refused == len(rows):
-		status = http.StatusUnprocessableEntity
-	case refused > 0:
-		status = http.StatusMultiStatus
-	}
-	writeJSON(w, status, out)
+	writeJSON(w, perItemStatus(refused, len(rows)), out)
 }
 
 // newJobJoin is POST /job-events' joiner: concurrent small requests in one call (group commit).

@@ -70,30 +70,13 @@ func (s *server) odsWrite(w http.ResponseWriter, r *http.Request, join *odsJoine
 		if row.Status == "refused" {
 			refused++
 			out[i].ObjectID = nil
-			e := &errorObject{ID: "invalid-ods-item", Data: map[string]any{}}
-			if row.SQLState != nil {
-				e.Data["sqlstate"] = *row.SQLState
-				if def, ok := lookupError(*row.SQLState); ok {
-					e.ID = def.ID
-				}
-			}
-			if row.Reason != nil {
-				e.Message = *row.Reason
-			}
-			out[i].Error = e
+			out[i].Error = itemRefusal("invalid-ods-item", row.SQLState, row.Reason)
 		}
 		if row.Replayed {
 			w.Header().Set("Idempotent-Replayed", "true")
 		}
 	}
-	status := http.StatusOK
-	switch {
-	case refused > 0 && refused == len(rows):
-		status = http.StatusUnprocessableEntity
-	case refused > 0:
-		status = http.StatusMultiStatus
-	}
-	writeJSON(w, status, out)
+	writeJSON(w, perItemStatus(refused, len(rows)), out)
 }
 
 // GET /ods/unit-of-works/{id}: the unit of work, its summary and its objects by kind.

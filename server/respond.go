@@ -143,3 +143,32 @@ func intParam(q url.Values, name string, def, min, max int) (int, error) {
 func badParam(w http.ResponseWriter, err error) {
 	writeError(w, http.StatusBadRequest, "invalid-parameters-format", err.Error(), nil)
 }
+
+// itemRefusal is the error of one refused item of a write answered per item (events, ODS items,
+// job events): the registered error id of its SQLSTATE when there is one, else fallbackID, its
+// reason as the message and the SQLSTATE in data.
+func itemRefusal(fallbackID string, sqlstate, reason *string) *errorObject {
+	e := &errorObject{ID: fallbackID, Data: map[string]any{}}
+	if sqlstate != nil {
+		e.Data["sqlstate"] = *sqlstate
+		if def, ok := lookupError(*sqlstate); ok {
+			e.ID = def.ID
+		}
+	}
+	if reason != nil {
+		e.Message = *reason
+	}
+	return e
+}
+
+// perItemStatus is the status of a write answered per item: 200 when none of total was refused,
+// 207 when some were, 422 when all were.
+func perItemStatus(refused, total int) int {
+	switch {
+	case refused > 0 && refused == total:
+		return http.StatusUnprocessableEntity
+	case refused > 0:
+		return http.StatusMultiStatus
+	}
+	return http.StatusOK
+}
