@@ -24,13 +24,13 @@ TIMESCALEDB_SRC ?= $(lastword $(shell ls -v ../*/timescaledb/timescaledb-*.tar.g
 # apt-get waits this long for another apt or dpkg run to finish.
 APT_GET    := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 
-.PHONY: run test build deps deps-pg deps-partman deps-plpython deps-timescaledb deps-lint deps-mqtt deps-go sqlc generate sqlc-check vet fmt-check bench fuzz clean
+.PHONY: run test build deps deps-pg deps-partman deps-plpython deps-timescaledb deps-lint deps-mqtt deps-pryv deps-go sqlc generate sqlc-check vet fmt-check bench fuzz clean
 
 run: deps build
 	./$(SILO) up
 
-test: deps deps-lint deps-mqtt build vet fmt-check sqlc-check
-	./$(SILO) tempdb -- $(GO) test -count=1 -timeout 15m ./...
+test: deps deps-lint deps-mqtt deps-pryv build vet fmt-check sqlc-check
+	SILO_PRYV_MODULES=$${SILO_PRYV_MODULES:-$(PRYV_MODULES)} ./$(SILO) tempdb -- $(GO) test -count=1 -timeout 15m ./...
 
 build: deps-go
 	$(GO) build -o $(SILO) ./cmd/silo
@@ -136,6 +136,23 @@ deps-timescaledb: deps-pg
 
 # plpgsql_check, for the server Silo starts ($SILO_PG_BIN, else the newest /usr/lib/postgresql/*/bin):
 # the lint test in db/ runs it over every PL/pgSQL function of sql/. Only make test needs it.
+# Pryv's JavaScript client (npm package pryv), which a test drives against Silo's series routes:
+# installed once into .cache/pryv with the machine's npm. Without npm or the registry the test
+# skips, saying why.
+PRYV_VER     := 3.0.4
+PRYV_MODULES := $(CURDIR)/.cache/pryv/node_modules
+
+deps-pryv:
+	@if [ ! -d '$(PRYV_MODULES)/pryv' ]; then \
+		if command -v npm >/dev/null; then \
+			echo "installing Pryv's JavaScript client (npm pryv@$(PRYV_VER)) into .cache/pryv"; \
+			mkdir -p .cache/pryv && npm install --silent --no-audit --no-fund --prefix .cache/pryv pryv@$(PRYV_VER) >/dev/null 2>&1 || \
+				echo "pryv@$(PRYV_VER) could not be installed: the Pryv client test will skip"; \
+		else \
+			echo "npm is missing: the Pryv client test will skip"; \
+		fi; \
+	fi
+
 deps-lint: deps-pg
 	@bin=$${SILO_PG_BIN:-$$(ls -dv /usr/lib/postgresql/*/bin | tail -n1)}; \
 	ver=$$("$$bin/postgres" --version | sed -E 's/^[^0-9]*([0-9]+).*/\1/'); \
