@@ -49,9 +49,6 @@ type Config struct {
 	// the change log, idempotency keys and every other target of purge.retention_targets (0:
 	// DefaultRetentionInterval; negative: never). Each retention is a silo.settings row.
 	RetentionInterval time.Duration
-	// JobTrimInterval is how often finished jobs and ended deduplication claims are deleted
-	// (default a minute: claims end after deduper.unique_id_expiry).
-	JobTrimInterval time.Duration
 	// PartitionMaintenanceInterval is how often the time-partitioned tables are maintained (0:
 	// DefaultPartitionMaintenanceInterval; negative: never).
 	PartitionMaintenanceInterval time.Duration
@@ -85,9 +82,6 @@ func (c *Config) defaults() {
 	}
 	if c.ReaperInterval == 0 {
 		c.ReaperInterval = DefaultReaperInterval
-	}
-	if c.JobTrimInterval <= 0 {
-		c.JobTrimInterval = time.Minute
 	}
 	if c.ReaperBudget <= 0 {
 		c.ReaperBudget = DefaultReaperBudget
@@ -142,13 +136,8 @@ func riverConfig(pool *pgxpool.Pool, cfg Config) *river.Config {
 	river.AddWorker(workers, &PurgeWorker{queries: db.New(pool), logger: cfg.Logger, tick: purgeTick(cfg.PurgeTick)})
 	river.AddWorker(workers, &SeriesMetadataWorker{queries: db.New(pool), logger: cfg.Logger})
 	river.AddWorker(workers, &SeriesMaintenanceWorker{queries: db.New(pool), logger: cfg.Logger})
-	river.AddWorker(workers, &JobTrimWorker{queries: db.New(pool), logger: cfg.Logger})
 
-	periodic := []*river.PeriodicJob{river.NewPeriodicJob(
-		river.PeriodicInterval(cfg.JobTrimInterval),
-		func() (river.JobArgs, *river.InsertOpts) { return JobTrimArgs{}, nil },
-		&river.PeriodicJobOpts{RunOnStart: true, ID: "job_trim"},
-	)}
+	var periodic []*river.PeriodicJob
 	if cfg.DeadLetterRetention > 0 {
 		periodic = append(periodic, river.NewPeriodicJob(
 			river.PeriodicInterval(cfg.MaintenanceInterval),

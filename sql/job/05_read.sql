@@ -74,7 +74,7 @@ CREATE VIEW api.job_trimmed AS
 SELECT NULL::bigint AS jobs, NULL::bigint AS claims WHERE false;
 COMMENT ON VIEW api.job_trimmed IS 'Always empty: the row type of api.job_trim. jobs: finished jobs deleted; claims: ended deduplication claims deleted.';
 
-CREATE FUNCTION api.job_trim(p_retention interval DEFAULT NULL)
+CREATE FUNCTION api.job_trim(p_retention interval DEFAULT NULL, p_now timestamptz DEFAULT now())
 RETURNS SETOF api.job_trimmed
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -83,12 +83,17 @@ DECLARE
     v_jobs bigint;
     v_claims bigint;
 BEGIN
-    DELETE FROM job.jobs j WHERE j.finished_at < now() - v_keep;
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'p_now must not be NULL' USING ERRCODE = 'SLINV';
+    END IF;
+    DELETE FROM job.jobs j WHERE j.finished_at < p_now - v_keep;
     GET DIAGNOSTICS v_jobs = ROW_COUNT;
-    DELETE FROM job.dedup d WHERE d.expires_at < now();
+    -- An ended claim is replaced in place when its work comes again (sql/job/03_dispatch.sql):
+    -- deleting it is only tidying.
+    DELETE FROM job.dedup d WHERE d.expires_at < p_now;
     GET DIAGNOSTICS v_claims = ROW_COUNT;
     RETURN QUERY SELECT v_jobs, v_claims;
 END
 $$;
-COMMENT ON FUNCTION api.job_trim(interval) IS
-    'Deletes the jobs that finished more than p_retention ago (default NULL: silo.settings job.retention, 7 days) and the deduplication claims that ended. Returns one api.job_trimmed row. Run by the River periodic job job_trim. Raises SLINV when the setting is no interval.';
+COMMENT ON FUNCTION api.job_trim(interval, timestamptz) IS
+    'Deletes the jobs that finished more than p_retention (default NULL: silo.settings job.retention, 7 days) before p_now (default now()) and the deduplication claims that ended before p_now. Returns one api.job_trimmed row. Run by silo work''s retention job (purge.retention_targets, target job). Raises SLINV when the setting is no interval or p_now is NULL.';
