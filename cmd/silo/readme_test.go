@@ -154,12 +154,16 @@ __silo_readme_save() {
 }
 trap __silo_readme_save EXIT
 cd "$SILO_README_DIR"
+# curl's write-out (its HTTP status marker) goes to a file of the block's: on the shared output,
+# curl's unbuffered stderr could interleave with what a pipe (tee) writes of the body.
+curl() { command curl "$@" 2>>"$SILO_README_CURL"; }
 set -e -o pipefail
 source "$1"
 `
 
-// Each curl of a block reports its HTTP status on stderr through this marker (the test's .curlrc);
-// the markers are taken out of the output before it is compared.
+// Each curl of a block reports its HTTP status on stderr through this marker (the test's .curlrc),
+// which the driver sends to a file of the block's ($SILO_README_CURL); the markers are read from
+// there, and anything else curl wrote there is added to the output.
 var (
 	curlMarker = regexp.MustCompile(`<<silo-readme http (\d{3})>>`)
 	logLine    = regexp.MustCompile(`(?m)^time=\S+ level=\S+ .*$`)
@@ -268,7 +272,13 @@ func TestReadme(t *testing.T) {
 		} else {
 			cmd = exec.Command(filepath.Join(work, "bin", "silo"), "psql", "-X", "-v", "ON_ERROR_STOP=1", "-f", file)
 		}
-		out, rc := runReadmeBlock(t, cmd, work, env)
+		curlFile := filepath.Join(dir, fmt.Sprintf("curl-%03d.txt", i))
+		out, rc := runReadmeBlock(t, cmd, work, append(env, "SILO_README_CURL="+curlFile))
+		curlOut, err := os.ReadFile(curlFile)
+		if err != nil && !os.IsNotExist(err) {
+			require.NoError(t, err)
+		}
+		out += string(curlOut)
 
 		var statuses []int
 		for _, m := range curlMarker.FindAllStringSubmatch(out, -1) {
