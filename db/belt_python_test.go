@@ -1,6 +1,6 @@
 package db_test
 
-// Tests of the Python belt runtime (sql/belt/07_python.sql): belt_private.python_check and
+// Tests of the Python belt runtime (sql/belt/07_python_*.sql): belt_private.python_check and
 // belt_private.python_run, run by PL/Python. The callbacks in testdata/belt_python/ are Granary's
 // examples as published (the seed's and the belt callback signatures reference's). Every test
 // skips where the server has no plpython3u (the functions do not exist there), except the one
@@ -849,7 +849,7 @@ func TestBeltPythonAbsentForNonSuperuser(t *testing.T) {
 	tx := dbtest.Tx(t)
 	requirePython(t, tx)
 	ctx := context.Background()
-	body, err := apisql.FS.ReadFile("belt/07_python.sql")
+	body, err := apisql.FS.ReadFile("belt/07_python_4_install.sql")
 	require.NoError(t, err)
 	role := fmt.Sprintf("silo_py_test_%d_%d", os.Getpid(), time.Now().UnixNano())
 	for _, stmt := range []string{

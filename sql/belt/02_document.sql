@@ -335,10 +335,10 @@ AS $$
     SELECT to_regprocedure('belt_private.python_check(text,text)') IS NOT NULL;
 $$;
 COMMENT ON FUNCTION belt_private.python_available() IS
-    'Whether Python belts can be validated and run: the Python runtime (belt_private.python_check, sql/belt/07_python.sql) exists, which it does only when the database has plpython3u. Raises nothing.';
+    'Whether Python belts can be validated and run: the Python runtime (belt_private.python_check, sql/belt/07_python_4_install.sql) exists, which it does only when the database has plpython3u. Raises nothing.';
 
 -- Python belts are validated by the Python runtime, called by name because it exists only with
--- plpython3u (sql/belt/07_python.sql).
+-- plpython3u (sql/belt/07_python_4_install.sql).
 CREATE FUNCTION belt_private.checked(p_belt belt.belts)
 RETURNS belt.belts
 LANGUAGE plpgsql VOLATILE

@@ -9,7 +9,7 @@
 -- sql/belt/02_document.sql) live in one place.
 -- A callback that fails validation is no error: the belt is stored FAILED with the reason, as
 -- Granary's belt "transitions into FAILED state" (and START validates again). A Python belt on a
--- database without the Python runtime (sql/belt/07_python.sql, present only with plpython3u) is
+-- database without the Python runtime (sql/belt/07_python_4_install.sql, present only with plpython3u) is
 -- an error (SBPYN): there is nothing to fail later, and SQL belts work without it.
 --
 -- Locks: writers of a belt's definition and status take its row (FOR UPDATE, which does not block

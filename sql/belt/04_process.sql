@@ -243,7 +243,7 @@ $$;
 COMMENT ON FUNCTION belt_private.python_settings(belt.belts) IS
     'The settings belt_private.python_run takes for Python belt p_belt: fetchProfile, profileType, callbackTimeoutSec, callbackLongrunningSec and env (every extraEnv name with its value, set in os.environ as Granary''s container had them). Raises nothing.';
 
--- The Python runtime is called by name: it exists only with plpython3u (sql/belt/07_python.sql).
+-- The Python runtime is called by name: it exists only with plpython3u (sql/belt/07_python_4_install.sql).
 CREATE FUNCTION belt_private.run_python(p_belt belt.belts, p_items belt_private.item[], OUT o_out belt_private.outcome[], OUT o_problem text)
 LANGUAGE plpgsql VOLATILE
 AS $$
