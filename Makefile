@@ -137,20 +137,23 @@ deps-timescaledb: deps-pg
 # plpgsql_check, for the server Silo starts ($SILO_PG_BIN, else the newest /usr/lib/postgresql/*/bin):
 # the lint test in db/ runs it over every PL/pgSQL function of sql/. Only make test needs it.
 # Pryv's JavaScript client (npm package pryv), which a test drives against Silo's series routes:
-# installed once into .cache/pryv with the machine's npm. Without npm or the registry the test
-# skips, saying why.
+# installed once into .cache/pryv with the machine's npm (Node.js and npm: Debian's nodejs and npm
+# packages where missing, as root).
 PRYV_VER     := 3.0.4
 PRYV_MODULES := $(CURDIR)/.cache/pryv/node_modules
 
 deps-pryv:
 	@if [ ! -d '$(PRYV_MODULES)/pryv' ]; then \
-		if command -v npm >/dev/null; then \
-			echo "installing Pryv's JavaScript client (npm pryv@$(PRYV_VER)) into .cache/pryv"; \
-			mkdir -p .cache/pryv && npm install --silent --no-audit --no-fund --prefix .cache/pryv pryv@$(PRYV_VER) >/dev/null 2>&1 || \
-				echo "pryv@$(PRYV_VER) could not be installed: the Pryv client test will skip"; \
-		else \
-			echo "npm is missing: the Pryv client test will skip"; \
+		if ! command -v npm >/dev/null || ! command -v node >/dev/null; then \
+			if [ "$$(id -u)" = 0 ]; then \
+				echo "installing Node.js and npm (Debian packages)"; \
+				$(APT_GET) update -qq && $(APT_GET) install -y -qq nodejs npm || exit 1; \
+			else \
+				echo "Node.js and npm are missing: install Debian's nodejs and npm packages (a test drives Pryv's JavaScript client)"; exit 1; \
+			fi; \
 		fi; \
+		echo "installing Pryv's JavaScript client (npm pryv@$(PRYV_VER)) into .cache/pryv"; \
+		mkdir -p .cache/pryv && npm install --silent --no-audit --no-fund --prefix .cache/pryv pryv@$(PRYV_VER) >/dev/null || exit 1; \
 	fi
 
 deps-lint: deps-pg

@@ -14,27 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/silo-db/silo/db"
-	"github.com/silo-db/silo/db/dbtest"
 )
 
 func TestPurgeTTLBackends(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	installed := timescaleDBInstalled(t)
-	shared := dbtest.Pool(t)
-	native := shared
-	if installed {
-		other := startOtherCluster(t, "")
-		require.NoError(t, dbtest.CreateTemplate(ctx, other.cluster.URL("postgres"), "native"))
-		native = other.open("native")
-	}
-	t.Run("native", func(t *testing.T) { testPurgeTTL(t, native, "native") })
-	t.Run("timescaledb", func(t *testing.T) {
-		if !installed {
-			t.Skip(skipNoTimescaleDB)
-		}
-		testPurgeTTL(t, shared, "timescaledb")
-	})
+	onBothBackends(t, testPurgeTTL)
 }
 
 func testPurgeTTL(t *testing.T, pool *pgxpool.Pool, backend string) {

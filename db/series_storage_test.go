@@ -12,29 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/silo-db/silo/db"
-	"github.com/silo-db/silo/db/dbtest"
 )
 
 // The series storage on both backends: a compressed hypertable (TimescaleDB) and native
 // partitions (pg_partman), run as db/partition_test.go runs the partition domain.
 func TestSeriesStorageBackends(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	installed := timescaleDBInstalled(t)
-	shared := dbtest.Pool(t)
-	native := shared
-	if installed {
-		other := startOtherCluster(t, "")
-		require.NoError(t, dbtest.CreateTemplate(ctx, other.cluster.URL("postgres"), "series_native"))
-		native = other.open("series_native")
-	}
-	t.Run("native", func(t *testing.T) { testSeriesStorage(t, native, "native") })
-	t.Run("timescaledb", func(t *testing.T) {
-		if !installed {
-			t.Skip(skipNoTimescaleDB)
-		}
-		testSeriesStorage(t, shared, "timescaledb")
-	})
+	onBothBackends(t, testSeriesStorage)
 }
 
 func testSeriesStorage(t *testing.T, pool *pgxpool.Pool, want string) {

@@ -13,21 +13,18 @@ import (
 
 // Pryv's JavaScript client works against Silo unchanged: its batch call, event creation,
 // addPointsToHFEvent and the read of a series. It needs Node.js and the client (npm package pryv):
-// SILO_PRYV_MODULES names a node_modules folder that holds it (npm install pryv); without it the
-// test is skipped, saying so.
+// SILO_PRYV_MODULES names a node_modules folder that holds it, as make test sets it after
+// installing the client; a plain go test without it skips, saying how to run it.
 func TestSeriesPryvClient(t *testing.T) {
 	t.Parallel()
 	modules := os.Getenv("SILO_PRYV_MODULES")
 	if modules == "" {
 		t.Skip("SILO_PRYV_MODULES is not set: run npm install pryv in a folder and set SILO_PRYV_MODULES to its node_modules")
 	}
-	if _, err := os.Stat(filepath.Join(modules, "pryv")); err != nil {
-		t.Skipf("no pryv client in %s: %v", modules, err)
-	}
+	_, err := os.Stat(filepath.Join(modules, "pryv"))
+	require.NoError(t, err, "SILO_PRYV_MODULES names no folder with the pryv client")
 	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed")
-	}
+	require.NoError(t, err, "Node.js runs the pryv client")
 	b := accountSetup(t)
 	u, err := url.Parse(b.srv.URL)
 	require.NoError(t, err)
