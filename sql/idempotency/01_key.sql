@@ -208,3 +208,29 @@ END
 $$;
 COMMENT ON FUNCTION api.idempotency_trim(interval, timestamptz) IS
     'Deletes the idempotency keys created more than p_window (default NULL: silo.settings idempotency.window, 24 hours when unset) before p_now (default now()) from silo.idempotency_keys; a request with such a key counts as new anyway. Returns how many were deleted. Run periodically by silo work''s retention job (api.retention_run, target idempotency); from psql at will. Raises SLINV when p_window is negative or the setting is not a non-negative interval.';
+
+-- The answers of a call's new keys, from its result rows (any row type with request and ord
+-- columns): one function for every write route that answers per item (profile updates, events,
+-- ODS items, job events).
+CREATE FUNCTION idempotency_private.record_answers(p_claims idempotency_private.claimed[], p_rows jsonb, p_request text)
+RETURNS idempotency_private.claimed[]
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_claims idempotency_private.claimed[];
+BEGIN
+    v_claims := ARRAY(
+        SELECT ROW(c.request, c.body, c.scope, c.key, c.hash, c.outcome,
+                   CASE WHEN c.outcome = 'new' THEN coalesce(a.answer, '[]') ELSE c.answer END,
+                   c.repeats, c.sqlstate, c.reason)::idempotency_private.claimed
+        FROM unnest(p_claims) AS c
+        LEFT JOIN (SELECT (e ->> 'request')::integer AS request,
+                          jsonb_agg(e - 'request' - 'replayed' ORDER BY (e ->> 'ord')::integer) AS answer
+                   FROM jsonb_array_elements(p_rows) AS e GROUP BY 1) a ON a.request = c.request
+        ORDER BY c.request);
+    PERFORM idempotency_private.record(v_claims, p_request);
+    RETURN v_claims;
+END
+$$;
+COMMENT ON FUNCTION idempotency_private.record_answers(idempotency_private.claimed[], jsonb, text) IS
+    'Sets the answer of each new claim of p_claims to its request''s rows of p_rows (a JSON array of result rows, each with request and ord: the rows of that request in ord order, without request and replayed; [] when it has none), records the claims of route p_request (idempotency_private.record) and returns them. For the write routes that answer per item. Raises nothing of its own.';

@@ -323,15 +323,7 @@ BEGIN
     JOIN ev ON ev.g = s.ord;
 
     IF EXISTS (SELECT FROM unnest(v_claims) AS c WHERE c.outcome IN ('new', 'repeat')) THEN
-        v_claims := ARRAY(
-            SELECT ROW(c.request, c.body, c.scope, c.key, c.hash, c.outcome,
-                       CASE WHEN c.outcome = 'new' THEN coalesce(a.answer, '[]') ELSE c.answer END,
-                       c.repeats, c.sqlstate, c.reason)::idempotency_private.claimed
-            FROM unnest(v_claims) AS c
-            LEFT JOIN (SELECT r.request, jsonb_agg(to_jsonb(r) - 'request' - 'replayed' ORDER BY r.ord) AS answer
-                       FROM unnest(v_res) AS r GROUP BY r.request) a ON a.request = c.request
-            ORDER BY c.request);
-        PERFORM idempotency_private.record(v_claims, 'POST /job-events');
+        v_claims := idempotency_private.record_answers(v_claims, to_jsonb(v_res), 'POST /job-events');
     END IF;
 
     RETURN QUERY

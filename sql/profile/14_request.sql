@@ -91,15 +91,7 @@ BEGIN
 
     -- The answers of the keys claimed now, in the same transaction as the updates.
     IF EXISTS (SELECT FROM unnest(v_claims) AS c WHERE c.outcome IN ('new', 'repeat')) THEN
-        v_claims := ARRAY(
-            SELECT ROW(c.request, c.body, c.scope, c.key, c.hash, c.outcome,
-                       CASE WHEN c.outcome = 'new' THEN coalesce(a.answer, '[]') ELSE c.answer END,
-                       c.repeats, c.sqlstate, c.reason)::idempotency_private.claimed
-            FROM unnest(v_claims) AS c
-            LEFT JOIN (SELECT r.request, jsonb_agg(to_jsonb(r) - 'request' - 'replayed' ORDER BY r.ord) AS answer
-                       FROM unnest(v_res) AS r GROUP BY r.request) a ON a.request = c.request
-            ORDER BY c.request);
-        PERFORM idempotency_private.record(v_claims, 'POST /profile-updates');
+        v_claims := idempotency_private.record_answers(v_claims, to_jsonb(v_res), 'POST /profile-updates');
     END IF;
 
     RETURN QUERY
