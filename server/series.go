@@ -48,6 +48,23 @@ func (s *server) seriesWrite(w http.ResponseWriter, r *http.Request, access stri
 	_, _ = w.Write(rows[0].Answer)
 }
 
+// seriesColumnsWrite writes and answers a body as typed columns when it can be carried so
+// (seriesTryColumns), and tells whether it did.
+func (s *server) seriesColumnsWrite(w http.ResponseWriter, r *http.Request, access, event string, body []byte) bool {
+	handled, err := s.seriesTryColumns(r.Context(), access, event, body, idempotencyKey(r.Header))
+	if !handled {
+		return false
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return true
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(`{"status": "ok"}`))
+	return true
+}
+
 // seriesRequest is the request object of api.series_append_requests: the access, the event (or
 // none for a batch) and the body as it came, not decoded again.
 func seriesRequest(access, event, member string, body []byte) []byte {
@@ -86,6 +103,8 @@ func (s *server) seriesAppend(w http.ResponseWriter, r *http.Request) {
 		body = flat
 	} else if body, ok = s.readBody(w, r); !ok {
 		return
+	} else if s.seriesColumnsWrite(w, r, access, r.PathValue("id"), body) {
+		return
 	}
 	s.seriesWrite(w, r, access, seriesRequest(access, r.PathValue("id"), "data", body))
 }
@@ -97,7 +116,7 @@ func (s *server) seriesBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, ok := s.readBody(w, r)
-	if !ok {
+	if !ok || s.seriesColumnsWrite(w, r, access, "", body) {
 		return
 	}
 	s.seriesWrite(w, r, access, seriesRequest(access, "", "batch", body))
