@@ -293,30 +293,40 @@ $$;
 COMMENT ON FUNCTION series_private.write(series_private.body[]) IS 'Writes the points of the checked bodies p_bodies (series_private.prepare) in one statement, all or none: each cell typed by its field''s kind, numbers at one scale per body and field, times to the microsecond; a point at the time of a stored one replaces it, and of two points of the call at one time in one series the later (by body, then by place) is written. Merges each series'' metadata update (author: the access id of its last body) into series.pending_updates (series_private.schedule). Returns 1 (the metadata updates are merged in one call). Raises SASTR (invalid-request-structure) for the first point that breaks a rule, with Pryv''s message and the body''s prefix.';
 
 -- One notification per call and user, thrown at most once per series.notify_interval; later ones
--- wait in series.notify_throttle for api.series_metadata_flush.
+-- wait in series.notify_throttle for api.series_metadata_flush, or for the next call after the
+-- interval, which throws them with its own. The user's throttle row is locked first, so that calls
+-- of many processes take turns on it.
 CREATE FUNCTION series_private.notify(p_user_id bigint, p_event_ids text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_interval interval := settings_private.setting_interval('series.notify_interval', '200 milliseconds');
-    v_pending  text[];
-    v_now      boolean;
+    v_interval  interval := settings_private.setting_interval('series.notify_interval', '200 milliseconds');
+    v_published timestamptz;
+    v_pending   text[];
 BEGIN
-    INSERT INTO series.notify_throttle AS t (user_id, published, pending) VALUES (p_user_id, now(), '{}')
-    ON CONFLICT (user_id) DO UPDATE
-    SET pending = CASE WHEN t.published > now() - v_interval
-                       THEN ARRAY(SELECT DISTINCT i FROM unnest(t.pending || p_event_ids) i ORDER BY i)
-                       ELSE '{}' END,
-        published = CASE WHEN t.published > now() - v_interval THEN t.published ELSE now() END
-    RETURNING t.published = now(), t.pending INTO v_now, v_pending;
-    IF v_now AND cardinality(v_pending) = 0 THEN
-        PERFORM account_private.publish(p_user_id, 'events', 'series',
-            jsonb_build_object('ids', (SELECT jsonb_agg(DISTINCT i ORDER BY i) FROM unnest(p_event_ids) i)));
+    SELECT t.published, t.pending INTO v_published, v_pending FROM series.notify_throttle t WHERE t.user_id = p_user_id FOR UPDATE;
+    IF v_published IS NULL THEN
+        INSERT INTO series.notify_throttle AS t (user_id, published, pending) VALUES (p_user_id, now(), '{}')
+        ON CONFLICT (user_id) DO NOTHING;
+        IF FOUND THEN
+            PERFORM account_private.publish(p_user_id, 'events', 'series',
+                jsonb_build_object('ids', (SELECT jsonb_agg(DISTINCT i ORDER BY i) FROM unnest(p_event_ids) i)));
+            RETURN;
+        END IF;
+        -- A call of another process made the row meanwhile: take turns on it.
+        SELECT t.published, t.pending INTO v_published, v_pending FROM series.notify_throttle t WHERE t.user_id = p_user_id FOR UPDATE;
+    END IF;
+    v_pending := ARRAY(SELECT DISTINCT i FROM unnest(v_pending || p_event_ids) i ORDER BY i);
+    IF v_published > now() - v_interval THEN
+        UPDATE series.notify_throttle t SET pending = v_pending WHERE t.user_id = p_user_id;
+    ELSE
+        UPDATE series.notify_throttle t SET published = now(), pending = '{}' WHERE t.user_id = p_user_id;
+        PERFORM account_private.publish(p_user_id, 'events', 'series', jsonb_build_object('ids', to_jsonb(v_pending)));
     END IF;
 END
 $$;
-COMMENT ON FUNCTION series_private.notify(bigint, text[]) IS 'Notifies the user p_user_id that the series of events p_event_ids changed: publishes kind series, payload {"ids": [...]}, on channel account:<username>:events (readers {account:<username>}) when the user''s last series notification is older than series.notify_interval (default 200 ms); otherwise records the ids in series.notify_throttle, for api.series_metadata_flush to publish once the interval has passed. Raises SLINV when the setting is not an interval.';
+COMMENT ON FUNCTION series_private.notify(bigint, text[]) IS 'Notifies the user p_user_id that the series of events p_event_ids changed: publishes kind series, payload {"ids": [...]}, on channel account:<username>:events (readers {account:<username>}) with the ids held back before, when the user''s last series notification is older than series.notify_interval (default 200 ms); otherwise records the ids in series.notify_throttle, for api.series_metadata_flush (or the next call after the interval) to publish once the interval has passed. Raises SLINV when the setting is not an interval.';
 
 -- One request: {"access": id, "event": id, "data": flatJSON} or {"access": id, "batch": seriesBatch}.
 CREATE FUNCTION series_private.apply(p_request jsonb)
