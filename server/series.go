@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -240,8 +241,41 @@ func (s *server) seriesGet(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	// From here the answer streams: the header is out, and meta is written where the body ends.
 	http.NewResponseController(w).Flush() //nolint:errcheck // a writer that cannot flush sends it all at the end
+	// The next page is read while this one is formatted and sent: PostgreSQL and the shell work
+	// at once.
+	pages := make(chan db.SeriesReadColumnsRow, 1)
+	fctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer close(pages)
+		for {
+			select {
+			case pages <- page:
+			case <-fctx.Done():
+				return
+			}
+			if page.Points < seriesPage {
+				return
+			}
+			after := page.LastAt
+			p.After = &after
+			var err error
+			if page, err = qt.SeriesReadColumns(fctx, p); err != nil {
+				if fctx.Err() == nil {
+					// The status is sent: the body stops short, which the client sees as invalid JSON.
+					s.log.Error("series read failed while streaming", "path", r.URL.Path, "err", err)
+				}
+				cancel()
+				return
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		for range pages { // the reader is done with the transaction before it is rolled back
+		}
+	}()
 	first := true
-	for {
+	for page := range pages {
 		pc := seriesPageColumns(page)
 		for i := range int(page.Points) {
 			if !csv && !first {
@@ -256,16 +290,9 @@ func (s *server) seriesGet(w http.ResponseWriter, r *http.Request) {
 				buf = buf[:0]
 			}
 		}
-		if page.Points < seriesPage {
-			break
-		}
-		after := page.LastAt
-		p.After = &after
-		if page, err = qt.SeriesReadColumns(ctx, p); err != nil {
-			// The status is sent: the body stops short, which the client sees as invalid JSON.
-			s.log.Error("series read failed while streaming", "path", r.URL.Path, "err", err)
-			return
-		}
+	}
+	if fctx.Err() != nil {
+		return // the read failed: the body stops short
 	}
 	if !csv {
 		buf = append(buf, `],"meta":`...)
