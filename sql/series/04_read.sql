@@ -90,6 +90,7 @@ LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
 SET enable_sort = off
 SET enable_bitmapscan = off
+SET jit = off
 AS $$
 DECLARE
     v_holder account.events := account_private.series_holder(account_private.access(p_access_id), p_event_id, 'read');
@@ -168,6 +169,7 @@ LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
 SET enable_sort = off
 SET enable_bitmapscan = off
+SET jit = off
 AS $$
 DECLARE
     v_holder account.events := account_private.series_holder(account_private.access(p_access_id), p_event_id, 'read');
