@@ -160,3 +160,104 @@ func (q *Queries) SeriesRead(ctx context.Context, arg SeriesReadParams) ([]Serie
 	}
 	return items, nil
 }
+
+const seriesReadColumns = `-- name: SeriesReadColumns :one
+SELECT r.kinds::text[] AS kinds, r.points::integer AS points, r.last_at::timestamptz AS last_at, r.time_us::bigint[] AS time_us,
+       r.n1::bigint[] AS n1, r.s1::smallint[] AS s1, r.t1::text[] AS t1, r.n2::bigint[] AS n2, r.s2::smallint[] AS s2, r.t2::text[] AS t2,
+       r.n3::bigint[] AS n3, r.s3::smallint[] AS s3, r.t3::text[] AS t3, r.n4::bigint[] AS n4, r.s4::smallint[] AS s4, r.t4::text[] AS t4,
+       r.n5::bigint[] AS n5, r.s5::smallint[] AS s5, r.t5::text[] AS t5, r.n6::bigint[] AS n6, r.s6::smallint[] AS s6, r.t6::text[] AS t6,
+       r.n7::bigint[] AS n7, r.s7::smallint[] AS s7, r.t7::text[] AS t7, r.n8::bigint[] AS n8, r.s8::smallint[] AS s8, r.t8::text[] AS t8
+FROM api.series_read_columns($1::text, $2::text, $3::double precision,
+                             $4::double precision, $5::boolean, $6::text[],
+                             $7::text, $8::timestamptz, $9::integer) r
+`
+
+type SeriesReadColumnsParams struct {
+	AccessID  string     `json:"accessId"`
+	EventID   string     `json:"eventId"`
+	FromTime  *float64   `json:"fromTime"`
+	ToTime    *float64   `json:"toTime"`
+	Relative  bool       `json:"relative"`
+	Fields    []string   `json:"fields"`
+	TimeField string     `json:"timeField"`
+	After     *time.Time `json:"after"`
+	MaxPoints *int32     `json:"maxPoints"`
+}
+
+type SeriesReadColumnsRow struct {
+	Kinds  []string  `json:"kinds"`
+	Points int32     `json:"points"`
+	LastAt time.Time `json:"lastAt"`
+	TimeUs []int64   `json:"timeUs"`
+	N1     []int64   `json:"n1"`
+	S1     []int16   `json:"s1"`
+	T1     []string  `json:"t1"`
+	N2     []int64   `json:"n2"`
+	S2     []int16   `json:"s2"`
+	T2     []string  `json:"t2"`
+	N3     []int64   `json:"n3"`
+	S3     []int16   `json:"s3"`
+	T3     []string  `json:"t3"`
+	N4     []int64   `json:"n4"`
+	S4     []int16   `json:"s4"`
+	T4     []string  `json:"t4"`
+	N5     []int64   `json:"n5"`
+	S5     []int16   `json:"s5"`
+	T5     []string  `json:"t5"`
+	N6     []int64   `json:"n6"`
+	S6     []int16   `json:"s6"`
+	T6     []string  `json:"t6"`
+	N7     []int64   `json:"n7"`
+	S7     []int16   `json:"s7"`
+	T7     []string  `json:"t7"`
+	N8     []int64   `json:"n8"`
+	S8     []int16   `json:"s8"`
+	T8     []string  `json:"t8"`
+}
+
+// One page of points as typed columns (api.series_read_columns); the next page starts after last_at.
+func (q *Queries) SeriesReadColumns(ctx context.Context, arg SeriesReadColumnsParams) (SeriesReadColumnsRow, error) {
+	row := q.db.QueryRow(ctx, seriesReadColumns,
+		arg.AccessID,
+		arg.EventID,
+		arg.FromTime,
+		arg.ToTime,
+		arg.Relative,
+		arg.Fields,
+		arg.TimeField,
+		arg.After,
+		arg.MaxPoints,
+	)
+	var i SeriesReadColumnsRow
+	err := row.Scan(
+		&i.Kinds,
+		&i.Points,
+		&i.LastAt,
+		&i.TimeUs,
+		&i.N1,
+		&i.S1,
+		&i.T1,
+		&i.N2,
+		&i.S2,
+		&i.T2,
+		&i.N3,
+		&i.S3,
+		&i.T3,
+		&i.N4,
+		&i.S4,
+		&i.T4,
+		&i.N5,
+		&i.S5,
+		&i.T5,
+		&i.N6,
+		&i.S6,
+		&i.T6,
+		&i.N7,
+		&i.S7,
+		&i.T7,
+		&i.N8,
+		&i.S8,
+		&i.T8,
+	)
+	return i, err
+}

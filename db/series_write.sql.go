@@ -43,6 +43,65 @@ func (q *Queries) SeriesAppendBatch(ctx context.Context, arg SeriesAppendBatchPa
 	return body, err
 }
 
+const seriesAppendColumns = `-- name: SeriesAppendColumns :one
+SELECT api.series_append_columns($1::text, $2::text[], $3::text[],
+                                 $4::integer[], $5::smallint[], $6::integer[],
+                                 $7::bigint[],
+                                 array_replace($8::bigint[], -9223372036854775808, NULL),
+                                 array_replace($9::bigint[], -9223372036854775808, NULL),
+                                 array_replace($10::bigint[], -9223372036854775808, NULL),
+                                 array_replace($11::bigint[], -9223372036854775808, NULL),
+                                 array_replace($12::bigint[], -9223372036854775808, NULL),
+                                 array_replace($13::bigint[], -9223372036854775808, NULL),
+                                 array_replace($14::bigint[], -9223372036854775808, NULL),
+                                 array_replace($15::bigint[], -9223372036854775808, NULL),
+                                 $16::boolean)::jsonb AS body
+`
+
+type SeriesAppendColumnsParams struct {
+	AccessID    string   `json:"accessId"`
+	EventIds    []string `json:"eventIds"`
+	Fields      []string `json:"fields"`
+	FieldCounts []int32  `json:"fieldCounts"`
+	Scales      []int16  `json:"scales"`
+	Body        []int32  `json:"body"`
+	Time        []int64  `json:"time"`
+	V1          []int64  `json:"v1"`
+	V2          []int64  `json:"v2"`
+	V3          []int64  `json:"v3"`
+	V4          []int64  `json:"v4"`
+	V5          []int64  `json:"v5"`
+	V6          []int64  `json:"v6"`
+	V7          []int64  `json:"v7"`
+	V8          []int64  `json:"v8"`
+	Batch       bool     `json:"batch"`
+}
+
+// A body (or a seriesBatch's bodies) as typed columns; -2^63 in a value column stands for null.
+func (q *Queries) SeriesAppendColumns(ctx context.Context, arg SeriesAppendColumnsParams) (json.RawMessage, error) {
+	row := q.db.QueryRow(ctx, seriesAppendColumns,
+		arg.AccessID,
+		arg.EventIds,
+		arg.Fields,
+		arg.FieldCounts,
+		arg.Scales,
+		arg.Body,
+		arg.Time,
+		arg.V1,
+		arg.V2,
+		arg.V3,
+		arg.V4,
+		arg.V5,
+		arg.V6,
+		arg.V7,
+		arg.V8,
+		arg.Batch,
+	)
+	var body json.RawMessage
+	err := row.Scan(&body)
+	return body, err
+}
+
 const seriesAppendRequests = `-- name: SeriesAppendRequests :many
 
 SELECT r.request::integer AS request, r.answer::jsonb AS answer, coalesce(r.sqlstate, '')::text AS sqlstate,

@@ -16,3 +16,18 @@ SELECT api.series_append_batch(sqlc.arg(access_id)::text, sqlc.arg(batch)::jsonb
 -- name: SeriesDelete :one
 SELECT api.series_delete(sqlc.arg(access_id)::text, sqlc.arg(event_id)::text, sqlc.narg(from_time)::double precision,
                          sqlc.narg(to_time)::double precision, sqlc.arg(relative)::boolean)::jsonb AS body;
+
+-- name: SeriesAppendColumns :one
+-- A body (or a seriesBatch's bodies) as typed columns; -2^63 in a value column stands for null.
+SELECT api.series_append_columns(sqlc.arg(access_id)::text, sqlc.arg(event_ids)::text[], sqlc.arg(fields)::text[],
+                                 sqlc.arg(field_counts)::integer[], sqlc.arg(scales)::smallint[], sqlc.narg(body)::integer[],
+                                 sqlc.arg(time)::bigint[],
+                                 array_replace(sqlc.narg(v1)::bigint[], -9223372036854775808, NULL),
+                                 array_replace(sqlc.narg(v2)::bigint[], -9223372036854775808, NULL),
+                                 array_replace(sqlc.narg(v3)::bigint[], -9223372036854775808, NULL),
+                                 array_replace(sqlc.narg(v4)::bigint[], -9223372036854775808, NULL),
+                                 array_replace(sqlc.narg(v5)::bigint[], -9223372036854775808, NULL),
+                                 array_replace(sqlc.narg(v6)::bigint[], -9223372036854775808, NULL),
+                                 array_replace(sqlc.narg(v7)::bigint[], -9223372036854775808, NULL),
+                                 array_replace(sqlc.narg(v8)::bigint[], -9223372036854775808, NULL),
+                                 sqlc.arg(batch)::boolean)::jsonb AS body;

@@ -1,7 +1,7 @@
 package server
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,7 +24,7 @@ import (
 
 // seriesPage is how many points a read fetches per call: a large range is sent as it is read,
 // never held whole.
-const seriesPage = 10000
+const seriesPage = 50000
 
 // seriesWrite applies one write request through the joiner and answers it.
 func (s *server) seriesWrite(w http.ResponseWriter, r *http.Request, access string, body []byte) {
@@ -46,6 +46,23 @@ func (s *server) seriesWrite(w http.ResponseWriter, r *http.Request, access stri
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(rows[0].Answer)
+}
+
+// seriesColumnsWrite writes and answers a body as typed columns when it can be carried so
+// (seriesTryColumns), and tells whether it did.
+func (s *server) seriesColumnsWrite(w http.ResponseWriter, r *http.Request, access, event string, body []byte) bool {
+	handled, err := s.seriesTryColumns(r.Context(), access, event, body, idempotencyKey(r.Header))
+	if !handled {
+		return false
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return true
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(`{"status": "ok"}`))
+	return true
 }
 
 // seriesRequest is the request object of api.series_append_requests: the access, the event (or
@@ -86,6 +103,8 @@ func (s *server) seriesAppend(w http.ResponseWriter, r *http.Request) {
 		body = flat
 	} else if body, ok = s.readBody(w, r); !ok {
 		return
+	} else if s.seriesColumnsWrite(w, r, access, r.PathValue("id"), body) {
+		return
 	}
 	s.seriesWrite(w, r, access, seriesRequest(access, r.PathValue("id"), "data", body))
 }
@@ -97,7 +116,7 @@ func (s *server) seriesBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, ok := s.readBody(w, r)
-	if !ok {
+	if !ok || s.seriesColumnsWrite(w, r, access, "", body) {
 		return
 	}
 	s.seriesWrite(w, r, access, seriesRequest(access, "", "batch", body))
@@ -200,62 +219,87 @@ func (s *server) seriesGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	limit := int32(seriesPage)
-	p := db.SeriesReadParams{AccessID: access, EventID: id, FromTime: from, ToTime: to, Relative: relative,
-		Fields: fields, TimeField: timeField, Format: format, MaxPoints: &limit}
-	page, err := qt.SeriesRead(ctx, p)
+	p := db.SeriesReadColumnsParams{AccessID: access, EventID: id, FromTime: from, ToTime: to, Relative: relative,
+		Fields: fields, TimeField: timeField, MaxPoints: &limit}
+	page, err := qt.SeriesReadColumns(ctx, p)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	var buf bytes.Buffer
-	if format == "csv" {
+	csv := format == "csv"
+	buf := make([]byte, 0, 64<<10)
+	if csv {
 		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-		buf.WriteString(csvLine(cols))
+		buf = append(buf, csvLine(cols)...)
 	} else {
 		w.Header().Set("Content-Type", "application/json")
 		c, _ := json.Marshal(cols) // strings always marshal
-		buf.WriteString(`{"format":"flatJSON","fields":`)
-		buf.Write(c)
-		buf.WriteString(`,"points":[`)
+		buf = append(buf, `{"format":"flatJSON","fields":`...)
+		buf = append(buf, c...)
+		buf = append(buf, `,"points":[`...)
 	}
 	w.WriteHeader(http.StatusOK)
 	// From here the answer streams: the header is out, and meta is written where the body ends.
 	http.NewResponseController(w).Flush() //nolint:errcheck // a writer that cannot flush sends it all at the end
-	first := true
-	for {
-		for _, row := range page {
-			if format == "csv" {
-				buf.WriteString(row.Line)
-				buf.WriteByte('\n')
-				continue
+	// The next page is read while this one is formatted and sent: PostgreSQL and the shell work
+	// at once.
+	pages := make(chan db.SeriesReadColumnsRow, 1)
+	fctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer close(pages)
+		for {
+			select {
+			case pages <- page:
+			case <-fctx.Done():
+				return
 			}
-			if !first {
-				buf.WriteByte(',')
+			if page.Points < seriesPage {
+				return
+			}
+			after := page.LastAt
+			p.After = &after
+			var err error
+			if page, err = qt.SeriesReadColumns(fctx, p); err != nil {
+				if fctx.Err() == nil {
+					// The status is sent: the body stops short, which the client sees as invalid JSON.
+					s.log.Error("series read failed while streaming", "path", r.URL.Path, "err", err)
+				}
+				cancel()
+				return
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		for range pages { // the reader is done with the transaction before it is rolled back
+		}
+	}()
+	first := true
+	for page := range pages {
+		pc := seriesPageColumns(page)
+		for i := range int(page.Points) {
+			if !csv && !first {
+				buf = append(buf, ',')
 			}
 			first = false
-			buf.WriteString(row.Line)
-		}
-		if _, err := w.Write(buf.Bytes()); err != nil {
-			return // the client went away
-		}
-		buf.Reset()
-		if len(page) < seriesPage {
-			break
-		}
-		after := page[len(page)-1].At
-		p.After = &after
-		if page, err = qt.SeriesRead(ctx, p); err != nil {
-			// The status is sent: the body stops short, which the client sees as invalid JSON.
-			s.log.Error("series read failed while streaming", "path", r.URL.Path, "err", err)
-			return
+			buf = pc.appendPoint(buf, i, csv)
+			if len(buf) >= 60<<10 {
+				if _, err := w.Write(buf); err != nil {
+					return // the client went away
+				}
+				buf = buf[:0]
+			}
 		}
 	}
-	if format == "json" {
-		buf.WriteString(`],"meta":`)
-		buf.Write(accountMeta(time.Now()))
-		buf.WriteString("}\n")
-		_, _ = w.Write(buf.Bytes())
+	if fctx.Err() != nil {
+		return // the read failed: the body stops short
 	}
+	if !csv {
+		buf = append(buf, `],"meta":`...)
+		buf = append(buf, accountMeta(time.Now())...)
+		buf = append(buf, "}\n"...)
+	}
+	_, _ = w.Write(buf)
 }
 
 // seriesDownsample answers a GET with interval (seconds) and aggregate (avg by default): one point

@@ -24,6 +24,15 @@ func (s *server) seriesSubmit(ctx context.Context, access, event string, body []
 	if err := checkJSONObject(body); err != nil {
 		return nil, false, err
 	}
+	if handled, err := s.seriesTryColumns(ctx, access, event, body, key); handled {
+		if err != nil {
+			if e, ok := ErrorFor(err); ok {
+				return nil, false, e
+			}
+			return nil, false, err
+		}
+		return json.RawMessage(`{"status": "ok"}`), false, nil
+	}
 	member := "data"
 	if event == "" {
 		member = "batch"

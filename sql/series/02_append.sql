@@ -47,16 +47,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_holder account.events;
-    v_names  text[];
-    v_idx    integer[] := '{NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL}';
-    v_kind   text[] := '{NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL}';
-    v_req    boolean[] := '{f,f,f,f,f,f,f,f}';
-    v_fname  text[] := '{NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL}';
-    v_ti     integer;
-    v_tname  text;
-    v_f      record;
-    v_pos    integer;
-    v_nf     integer;
+    v_body   series_private.body;
 BEGIN
     v_holder := account_private.series_holder(p_by, p_event_id, 'create');
     IF p_data IS NULL OR jsonb_typeof(p_data) <> 'object' THEN
@@ -74,33 +65,57 @@ BEGIN
     IF jsonb_typeof(p_data -> 'points') IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION '%"points" field must be a list of data points.', p_where USING ERRCODE = 'SASTR';
     END IF;
-    v_names := ARRAY(SELECT jsonb_array_elements_text(p_data -> 'fields'));
-    v_nf := cardinality(v_names);
+    v_body := series_private.prepare_fields(p_by, v_holder, ARRAY(SELECT jsonb_array_elements_text(p_data -> 'fields')), p_where, p_n);
+    IF jsonb_array_length(p_data -> 'points') = 0 THEN
+        RAISE EXCEPTION '%"points" must hold at least one data point.', p_where USING ERRCODE = 'SASTR';
+    END IF;
+    v_body.points := p_data -> 'points';
+    RETURN v_body;
+END
+$$;
+COMMENT ON FUNCTION series_private.prepare(account.accesses, text, jsonb, text, integer) IS 'Checks flatJSON p_data for the series of event p_event_id on behalf of access p_by (create on one of its streams) up to its points: its shape, its fields (series_private.prepare_fields) and that it has points; returns it as a series_private.body (n p_n, messages prefixed by p_where) for series_private.write. Raises what account_private.series_holder raises (SANFD, SAFRB, SAOPR), what series_private.prepare_fields raises, SASTR (invalid-request-structure) for a body that breaks a flatJSON rule, with Pryv''s message.';
 
-    FOR v_f IN SELECT * FROM series_private.type_fields(v_holder) LOOP
+-- The fields of a body, whatever form its points take (flatJSON here, typed columns in
+-- 07_columns.sql): a time column, the type's required fields, no unknown or repeated one.
+CREATE FUNCTION series_private.prepare_fields(p_by account.accesses, p_holder account.events, p_names text[], p_where text, p_n integer)
+RETURNS series_private.body
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_idx    integer[] := '{NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL}';
+    v_kind   text[] := '{NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL}';
+    v_req    boolean[] := '{f,f,f,f,f,f,f,f}';
+    v_fname  text[] := '{NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL}';
+    v_ti     integer;
+    v_tname  text;
+    v_f      record;
+    v_pos    integer;
+    v_nf     integer := coalesce(cardinality(p_names), 0);
+BEGIN
+    FOR v_f IN SELECT * FROM series_private.type_fields(p_holder) LOOP
         v_kind[v_f.field_position] := v_f.kind;
         v_req[v_f.field_position] := v_f.required;
         v_fname[v_f.field_position] := v_f.field;
     END LOOP;
     FOR v_i IN 1 .. v_nf LOOP
-        IF v_names[v_i] IN ('deltaTime', 'timestamp') THEN
+        IF p_names[v_i] IN ('deltaTime', 'timestamp') THEN
             IF v_ti IS NOT NULL THEN
                 RAISE EXCEPTION '%"fields" field must contain valid field names for the series type.', p_where USING ERRCODE = 'SASTR',
-                    DETAIL = format('two time columns: %s and %s', v_tname, v_names[v_i]);
+                    DETAIL = format('two time columns: %s and %s', v_tname, p_names[v_i]);
             END IF;
             v_ti := v_i - 1;
-            v_tname := v_names[v_i];
+            v_tname := p_names[v_i];
         ELSE
-            v_pos := array_position(v_fname, v_names[v_i]);
+            v_pos := array_position(v_fname, p_names[v_i]);
             IF v_pos IS NULL THEN
                 RAISE EXCEPTION '%"fields" field must contain valid field names for the series type.', p_where USING ERRCODE = 'SASTR',
-                    DETAIL = format('%s is not a field of %s', v_names[v_i], v_holder.type),
-                    HINT = format('The fields of %s are %s (and a time column, deltaTime or timestamp).', v_holder.type,
+                    DETAIL = format('%s is not a field of %s', p_names[v_i], p_holder.type),
+                    HINT = format('The fields of %s are %s (and a time column, deltaTime or timestamp).', p_holder.type,
                                   array_to_string(v_fname, ', '));
             END IF;
             IF v_idx[v_pos] IS NOT NULL THEN
                 RAISE EXCEPTION '%"fields" field must contain valid field names for the series type.', p_where USING ERRCODE = 'SASTR',
-                    DETAIL = format('field %s is given twice', v_names[v_i]);
+                    DETAIL = format('field %s is given twice', p_names[v_i]);
             END IF;
             v_idx[v_pos] := v_i - 1;
         END IF;
@@ -112,23 +127,40 @@ BEGIN
     FOR v_i IN 1 .. 8 LOOP
         IF v_req[v_i] AND v_idx[v_i] IS NULL THEN
             RAISE EXCEPTION '%"fields" field must contain valid field names for the series type.', p_where USING ERRCODE = 'SASTR',
-                DETAIL = format('field %s is required by %s', v_fname[v_i], v_holder.type);
+                DETAIL = format('field %s is required by %s', v_fname[v_i], p_holder.type);
         END IF;
     END LOOP;
-    IF jsonb_array_length(p_data -> 'points') = 0 THEN
-        RAISE EXCEPTION '%"points" must hold at least one data point.', p_where USING ERRCODE = 'SASTR';
-    END IF;
-    RETURN ROW(p_n, v_holder.series_id, v_holder.user_id, v_holder.id, p_by.id, series_private.holder_us(v_holder.time),
-               v_tname = 'timestamp', v_tname, v_nf, v_ti, v_idx, v_kind, v_req, v_fname, p_where,
-               p_data -> 'points')::series_private.body;
+    RETURN ROW(p_n, p_holder.series_id, p_holder.user_id, p_holder.id, p_by.id, series_private.holder_us(p_holder.time),
+               v_tname = 'timestamp', v_tname, v_nf, v_ti, v_idx, v_kind, v_req, v_fname, p_where, NULL)::series_private.body;
 END
 $$;
-COMMENT ON FUNCTION series_private.prepare(account.accesses, text, jsonb, text, integer) IS 'Checks flatJSON p_data for the series of event p_event_id on behalf of access p_by (create on one of its streams) up to its points: its shape, its fields (a time column, every required field of the type, no unknown or repeated one) and that it has points; returns it as a series_private.body (n p_n, messages prefixed by p_where) for series_private.write. Raises what account_private.series_holder raises (SANFD, SAFRB, SAOPR), SAOPR for a type of more than 8 fields, SASTR (invalid-request-structure) for a body that breaks a flatJSON rule, with Pryv''s message.';
+COMMENT ON FUNCTION series_private.prepare_fields(account.accesses, account.events, text[], text, integer) IS 'Checks the field names p_names of a body for series holder p_holder (account_private.series_holder) written by access p_by: one time column (timestamp or deltaTime), every required field of the type, no unknown or repeated one; returns the body (n p_n, messages prefixed by p_where) without points. Raises SAOPR for a type of more than 8 fields, SASTR (invalid-request-structure) with Pryv''s message for fields that break a rule.';
+
+-- The metadata update of each series written, merged into series.pending_updates in series order
+-- (so two calls that write the same series lock alike), whatever form the points came in.
+CREATE FUNCTION series_private.schedule(p_bodies series_private.body[], p_series bigint[], p_min timestamptz[], p_max timestamptz[])
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    INSERT INTO series.pending_updates AS u (series_id, user_id, event_id, author, updated, data_min, data_max, deadline, flush_idle)
+    SELECT x.series_id, h.user_id, h.event_id, h.author, account_private.now_s(), x.data_min, x.data_max,
+           now() + settings_private.setting_interval('series.stale_limit', '300 seconds'),
+           now() + settings_private.setting_interval('series.cooldown', '10 seconds')
+    FROM unnest(p_series, p_min, p_max) AS x(series_id, data_min, data_max)
+    JOIN LATERAL (SELECT b.user_id, b.event_id, b.author FROM unnest(p_bodies) b WHERE b.series_id = x.series_id
+                  ORDER BY b.n DESC LIMIT 1) h ON true
+    ORDER BY x.series_id
+    ON CONFLICT (series_id) DO UPDATE
+    SET author = excluded.author, updated = greatest(u.updated, excluded.updated),
+        data_min = least(u.data_min, excluded.data_min), data_max = greatest(u.data_max, excluded.data_max),
+        deadline = least(u.deadline, excluded.deadline), flush_idle = greatest(u.flush_idle, excluded.flush_idle);
+$$;
+COMMENT ON FUNCTION series_private.schedule(series_private.body[], bigint[], timestamptz[], timestamptz[]) IS 'Schedules the metadata update of each series p_series[i] written from p_min[i] to p_max[i] (series ids ascending, each once): merged into series.pending_updates (author, user and event of its last body in p_bodies; deadline series.stale_limit, flush after series.cooldown). Raises SLINV when a setting is not an interval.';
 
 -- Writes the points of checked bodies, all in one statement: a seriesBatch's bodies as one, so that
 -- a batch of many small bodies costs what one large body costs.
 CREATE FUNCTION series_private.write(p_bodies series_private.body[])
-RETURNS void
+RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET enable_nestloop = off
 SET jit = off
@@ -141,6 +173,7 @@ DECLARE
     -- positions no body uses fold away.
     v_kinds  text[] := (SELECT min(u.kinds::text)::text[] FROM unnest(p_bodies) u HAVING count(DISTINCT u.kinds) = 1);
     v_shared boolean := v_kinds IS NOT NULL;
+    v_series bigint;
 BEGIN
     IF v_shared AND (SELECT sum(jsonb_array_length(u.points)) FROM unnest(p_bodies) u) > 2000 THEN
         -- The function's SET restores the generic plan when it returns.
@@ -249,49 +282,51 @@ BEGIN
             n5 = excluded.n5, s5 = excluded.s5, t5 = excluded.t5, n6 = excluded.n6, s6 = excluded.s6, t6 = excluded.t6,
             n7 = excluded.n7, s7 = excluded.s7, t7 = excluded.t7, n8 = excluded.n8, s8 = excluded.s8, t8 = excluded.t8
         RETURNING p.series_id, p.at
-    ), extent AS (
-        SELECT i.series_id, min(i.at) AS data_min, max(i.at) AS data_max FROM ins i GROUP BY i.series_id
     )
-    INSERT INTO series.pending_updates AS u (series_id, user_id, event_id, author, updated, data_min, data_max, deadline, flush_idle)
-    SELECT x.series_id, h.user_id, h.event_id, h.author, account_private.now_s(), x.data_min, x.data_max,
-           now() + settings_private.setting_interval('series.stale_limit', '300 seconds'),
-           now() + settings_private.setting_interval('series.cooldown', '10 seconds')
-    FROM (SELECT * FROM extent ORDER BY series_id) x
-    JOIN LATERAL (SELECT b.user_id, b.event_id, b.author FROM unnest(p_bodies) b WHERE b.series_id = x.series_id
-                  ORDER BY b.n DESC LIMIT 1) h ON true
-    ON CONFLICT (series_id) DO UPDATE
-    SET author = excluded.author, updated = greatest(u.updated, excluded.updated),
-        data_min = least(u.data_min, excluded.data_min), data_max = greatest(u.data_max, excluded.data_max),
-        deadline = least(u.deadline, excluded.deadline), flush_idle = greatest(u.flush_idle, excluded.flush_idle);
+    SELECT count(*) INTO v_series
+    FROM (SELECT series_private.schedule(p_bodies, array_agg(x.series_id ORDER BY x.series_id),
+                                         array_agg(x.data_min ORDER BY x.series_id), array_agg(x.data_max ORDER BY x.series_id))
+          FROM (SELECT i.series_id, min(i.at) AS data_min, max(i.at) AS data_max FROM ins i GROUP BY i.series_id) x) s;
+    RETURN v_series;
 END
 $$;
-COMMENT ON FUNCTION series_private.write(series_private.body[]) IS 'Writes the points of the checked bodies p_bodies (series_private.prepare) in one statement, all or none: each cell typed by its field''s kind, numbers at one scale per body and field, times to the microsecond; a point at the time of a stored one replaces it, and of two points of the call at one time in one series the later (by body, then by place) is written. Merges each series'' metadata update (author: the access id of its last body) into series.pending_updates. Raises SASTR (invalid-request-structure) for the first point that breaks a rule, with Pryv''s message and the body''s prefix.';
+COMMENT ON FUNCTION series_private.write(series_private.body[]) IS 'Writes the points of the checked bodies p_bodies (series_private.prepare) in one statement, all or none: each cell typed by its field''s kind, numbers at one scale per body and field, times to the microsecond; a point at the time of a stored one replaces it, and of two points of the call at one time in one series the later (by body, then by place) is written. Merges each series'' metadata update (author: the access id of its last body) into series.pending_updates (series_private.schedule). Returns 1 (the metadata updates are merged in one call). Raises SASTR (invalid-request-structure) for the first point that breaks a rule, with Pryv''s message and the body''s prefix.';
 
 -- One notification per call and user, thrown at most once per series.notify_interval; later ones
--- wait in series.notify_throttle for api.series_metadata_flush.
+-- wait in series.notify_throttle for api.series_metadata_flush, or for the next call after the
+-- interval, which throws them with its own. The user's throttle row is locked first, so that calls
+-- of many processes take turns on it.
 CREATE FUNCTION series_private.notify(p_user_id bigint, p_event_ids text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_interval interval := settings_private.setting_interval('series.notify_interval', '200 milliseconds');
-    v_pending  text[];
-    v_now      boolean;
+    v_interval  interval := settings_private.setting_interval('series.notify_interval', '200 milliseconds');
+    v_published timestamptz;
+    v_pending   text[];
 BEGIN
-    INSERT INTO series.notify_throttle AS t (user_id, published, pending) VALUES (p_user_id, now(), '{}')
-    ON CONFLICT (user_id) DO UPDATE
-    SET pending = CASE WHEN t.published > now() - v_interval
-                       THEN ARRAY(SELECT DISTINCT i FROM unnest(t.pending || p_event_ids) i ORDER BY i)
-                       ELSE '{}' END,
-        published = CASE WHEN t.published > now() - v_interval THEN t.published ELSE now() END
-    RETURNING t.published = now(), t.pending INTO v_now, v_pending;
-    IF v_now AND cardinality(v_pending) = 0 THEN
-        PERFORM account_private.publish(p_user_id, 'events', 'series',
-            jsonb_build_object('ids', (SELECT jsonb_agg(DISTINCT i ORDER BY i) FROM unnest(p_event_ids) i)));
+    SELECT t.published, t.pending INTO v_published, v_pending FROM series.notify_throttle t WHERE t.user_id = p_user_id FOR UPDATE;
+    IF v_published IS NULL THEN
+        INSERT INTO series.notify_throttle AS t (user_id, published, pending) VALUES (p_user_id, now(), '{}')
+        ON CONFLICT (user_id) DO NOTHING;
+        IF FOUND THEN
+            PERFORM account_private.publish(p_user_id, 'events', 'series',
+                jsonb_build_object('ids', (SELECT jsonb_agg(DISTINCT i ORDER BY i) FROM unnest(p_event_ids) i)));
+            RETURN;
+        END IF;
+        -- A call of another process made the row meanwhile: take turns on it.
+        SELECT t.published, t.pending INTO v_published, v_pending FROM series.notify_throttle t WHERE t.user_id = p_user_id FOR UPDATE;
+    END IF;
+    v_pending := ARRAY(SELECT DISTINCT i FROM unnest(v_pending || p_event_ids) i ORDER BY i);
+    IF v_published > now() - v_interval THEN
+        UPDATE series.notify_throttle t SET pending = v_pending WHERE t.user_id = p_user_id;
+    ELSE
+        UPDATE series.notify_throttle t SET published = now(), pending = '{}' WHERE t.user_id = p_user_id;
+        PERFORM account_private.publish(p_user_id, 'events', 'series', jsonb_build_object('ids', to_jsonb(v_pending)));
     END IF;
 END
 $$;
-COMMENT ON FUNCTION series_private.notify(bigint, text[]) IS 'Notifies the user p_user_id that the series of events p_event_ids changed: publishes kind series, payload {"ids": [...]}, on channel account:<username>:events (readers {account:<username>}) when the user''s last series notification is older than series.notify_interval (default 200 ms); otherwise records the ids in series.notify_throttle, for api.series_metadata_flush to publish once the interval has passed. Raises SLINV when the setting is not an interval.';
+COMMENT ON FUNCTION series_private.notify(bigint, text[]) IS 'Notifies the user p_user_id that the series of events p_event_ids changed: publishes kind series, payload {"ids": [...]}, on channel account:<username>:events (readers {account:<username>}) with the ids held back before, when the user''s last series notification is older than series.notify_interval (default 200 ms); otherwise records the ids in series.notify_throttle, for api.series_metadata_flush (or the next call after the interval) to publish once the interval has passed. Raises SLINV when the setting is not an interval.';
 
 -- One request: {"access": id, "event": id, "data": flatJSON} or {"access": id, "batch": seriesBatch}.
 CREATE FUNCTION series_private.apply(p_request jsonb)

@@ -4,7 +4,10 @@
 -- (Pryv as shipped) or timestamp (the seed). Fields come in the type's order.
 --
 -- A page is planned for its own columns (a custom plan: the positions the type does not use fold
--- away), which costs far less than formatting its ten thousand points.
+-- away), which costs far less than formatting its ten thousand points. It reads the primary key in
+-- time order, never sorts: points written since the chunk was last analyzed look like a handful
+-- to the planner, which then sorts all that follow for each page (a fresh million-point series
+-- read at a few tens of thousands of points a second).
 --
 -- Why lines of text: a large range is sent as it is read (HTTP streams it page by page with
 -- api.series_read, never holding it whole), and the values are written as the exact decimals they
@@ -85,6 +88,9 @@ CREATE FUNCTION api.series_read(p_access_id text, p_event_id text, p_from double
 RETURNS TABLE (at timestamptz, line text)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
+SET enable_sort = off
+SET enable_bitmapscan = off
+SET jit = off
 AS $$
 DECLARE
     v_holder account.events := account_private.series_holder(account_private.access(p_access_id), p_event_id, 'read');
@@ -142,6 +148,92 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.series_read(text, text, double precision, double precision, boolean, text[], text, text, timestamptz, integer) IS 'The points of the series of event p_event_id, read by access p_access_id (read on one of its streams), in time order, one row each: at (its time, for paging) and line, the point as a flatJSON array (p_format json, default) or a CSV line (csv) of the columns api.series_columns gives for p_fields and p_time_field (deltaTime: seconds after the event''s time; timestamp: seconds since the epoch; numbers exactly as given). Range: from p_from inclusive to p_to exclusive (NULL: open), seconds after the event''s time when p_relative (default) or since the epoch. Paging: only points after p_after, at most p_limit (NULL: all). Raises SAAUT, SANFD, SAFRB, SAOPR as account_private.series_holder does for read; SAINV for an unknown field, format, a bound out of range or a limit below 1.';
+
+-- The points of a page as typed columns, for the Go shell to format (HTTP's reads): binary on the
+-- wire, one array per column, where text lines cost PostgreSQL several times more than reading the
+-- points (integer-to-text, concatenation, a row per point).
+CREATE FUNCTION api.series_read_columns(p_access_id text, p_event_id text, p_from double precision DEFAULT NULL,
+                                        p_to double precision DEFAULT NULL, p_relative boolean DEFAULT true,
+                                        p_fields text[] DEFAULT NULL, p_time_field text DEFAULT 'deltaTime',
+                                        p_after timestamptz DEFAULT NULL, p_limit integer DEFAULT NULL)
+RETURNS TABLE (kinds text[], points integer, last_at timestamptz, time_us bigint[],
+               n1 bigint[], s1 smallint[], t1 text[],
+               n2 bigint[], s2 smallint[], t2 text[],
+               n3 bigint[], s3 smallint[], t3 text[],
+               n4 bigint[], s4 smallint[], t4 text[],
+               n5 bigint[], s5 smallint[], t5 text[],
+               n6 bigint[], s6 smallint[], t6 text[],
+               n7 bigint[], s7 smallint[], t7 text[],
+               n8 bigint[], s8 smallint[], t8 text[])
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+SET enable_sort = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $$
+DECLARE
+    v_holder account.events := account_private.series_holder(account_private.access(p_access_id), p_event_id, 'read');
+    v_cols   record := series_private.columns(v_holder, p_fields, p_time_field);
+    v_off    bigint := CASE WHEN v_cols.time_field = 'deltaTime' THEN series_private.holder_us(v_holder.time) ELSE 0 END;
+    v_from   timestamptz := series_private.us_at(series_private.bound_us(v_holder, p_from, p_relative));
+    v_to     timestamptz := series_private.us_at(series_private.bound_us(v_holder, p_to, p_relative));
+    v_pos    integer[] := ARRAY(SELECT p FROM generate_series(1, 8) p WHERE v_cols.selected[p] ORDER BY p);
+    v_kinds  text[] := ARRAY(SELECT v_cols.kinds[v_pos[k]] FROM generate_series(1, 8) k ORDER BY k);
+BEGIN
+    IF p_limit IS NOT NULL AND p_limit < 1 THEN
+        RAISE EXCEPTION 'limit must be positive, not %', p_limit USING ERRCODE = 'SAINV';
+    END IF;
+    RETURN QUERY
+    SELECT v_kinds[1 : cardinality(v_pos)], count(*)::integer, coalesce(max(q.at), timestamptz 'epoch'), array_agg(series_private.at_us(q.at) - v_off),
+               CASE WHEN v_kinds[1] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[1] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
+               CASE WHEN v_kinds[1] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[1] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
+                    WHEN v_kinds[1] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[1] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
+                    WHEN v_kinds[1] = 'string' THEN array_agg(CASE WHEN CASE v_pos[1] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
+               CASE WHEN v_kinds[1] = 'string' THEN array_agg(coalesce(CASE v_pos[1] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
+               CASE WHEN v_kinds[2] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[2] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
+               CASE WHEN v_kinds[2] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[2] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
+                    WHEN v_kinds[2] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[2] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
+                    WHEN v_kinds[2] = 'string' THEN array_agg(CASE WHEN CASE v_pos[2] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
+               CASE WHEN v_kinds[2] = 'string' THEN array_agg(coalesce(CASE v_pos[2] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
+               CASE WHEN v_kinds[3] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[3] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
+               CASE WHEN v_kinds[3] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[3] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
+                    WHEN v_kinds[3] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[3] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
+                    WHEN v_kinds[3] = 'string' THEN array_agg(CASE WHEN CASE v_pos[3] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
+               CASE WHEN v_kinds[3] = 'string' THEN array_agg(coalesce(CASE v_pos[3] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
+               CASE WHEN v_kinds[4] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[4] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
+               CASE WHEN v_kinds[4] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[4] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
+                    WHEN v_kinds[4] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[4] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
+                    WHEN v_kinds[4] = 'string' THEN array_agg(CASE WHEN CASE v_pos[4] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
+               CASE WHEN v_kinds[4] = 'string' THEN array_agg(coalesce(CASE v_pos[4] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
+               CASE WHEN v_kinds[5] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[5] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
+               CASE WHEN v_kinds[5] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[5] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
+                    WHEN v_kinds[5] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[5] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
+                    WHEN v_kinds[5] = 'string' THEN array_agg(CASE WHEN CASE v_pos[5] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
+               CASE WHEN v_kinds[5] = 'string' THEN array_agg(coalesce(CASE v_pos[5] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
+               CASE WHEN v_kinds[6] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[6] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
+               CASE WHEN v_kinds[6] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[6] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
+                    WHEN v_kinds[6] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[6] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
+                    WHEN v_kinds[6] = 'string' THEN array_agg(CASE WHEN CASE v_pos[6] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
+               CASE WHEN v_kinds[6] = 'string' THEN array_agg(coalesce(CASE v_pos[6] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
+               CASE WHEN v_kinds[7] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[7] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
+               CASE WHEN v_kinds[7] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[7] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
+                    WHEN v_kinds[7] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[7] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
+                    WHEN v_kinds[7] = 'string' THEN array_agg(CASE WHEN CASE v_pos[7] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
+               CASE WHEN v_kinds[7] = 'string' THEN array_agg(coalesce(CASE v_pos[7] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
+               CASE WHEN v_kinds[8] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[8] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
+               CASE WHEN v_kinds[8] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[8] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
+                    WHEN v_kinds[8] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[8] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
+                    WHEN v_kinds[8] = 'string' THEN array_agg(CASE WHEN CASE v_pos[8] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
+               CASE WHEN v_kinds[8] = 'string' THEN array_agg(coalesce(CASE v_pos[8] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END
+    FROM (SELECT p.* FROM series.points p
+          WHERE p.series_id = v_holder.series_id
+            AND (v_from IS NULL OR p.at >= v_from) AND (v_to IS NULL OR p.at < v_to)
+            AND (p_after IS NULL OR p.at > p_after)
+          ORDER BY p.at
+          LIMIT p_limit) q;
+END
+$$;
+COMMENT ON FUNCTION api.series_read_columns(text, text, double precision, double precision, boolean, text[], text, timestamptz, integer) IS 'The points api.series_read returns (same arguments but p_format), as one row of typed columns: kinds (of the fields api.series_columns names after the time column: number, integer, boolean, string), points (their number), last_at (the time of the last, for the next page''s p_after; the epoch when none), time_us (each point''s time column in microseconds: after the event''s time for deltaTime, since the epoch for timestamp), and per field k in order: n<k> (digits of a number, an integer, a boolean as 1 or 0), s<k> (a number''s scale, value = n / 10^s; 0 for other kinds; -32768: the value is null), t<k> (a string, for string fields); arrays of fields the read does not have, and n of string fields, t of others, are NULL. Raises SAAUT, SANFD, SAFRB, SAOPR as account_private.series_holder does for read; SAINV for an unknown field, a bound out of range or a limit below 1.';
 
 CREATE FUNCTION api.series_get(p_access_id text, p_event_id text, p_from double precision DEFAULT NULL,
                                p_to double precision DEFAULT NULL, p_relative boolean DEFAULT true,
