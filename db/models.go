@@ -288,7 +288,7 @@ type APIProfilestoreLatest struct {
 	Value          json.RawMessage `json:"value"`
 }
 
-// Always empty: the row type of api.retention_run. target: the row of purge.retention_targets; setting: its silo.settings key; retention: the value applied; cutoff: the run's time minus the retention; result: what its trim function returned, as JSON (NULL when it failed); sqlstate and message: why it failed.
+// Always empty: the row type of api.retention_run. target: the row of purge.retention_targets; setting: its silo.settings key; retention: the value applied (NULL for an empty setting); cutoff: the run's time minus the retention; result: what its trim function returned, as JSON (NULL when it failed); sqlstate and message: why it failed.
 type APIRetentionResult struct {
 	Target    *string         `json:"target"`
 	Setting   *string         `json:"setting"`
@@ -1283,7 +1283,7 @@ type SeriesPoint struct {
 	T8 *string `json:"t8"`
 }
 
-// How long points are kept, per user (series_id 0: every series of the user) or per series (its own row wins over the user's). Without a row, the series.retention setting (empty: forever). Applied by api.series_retain (silo work): whole chunks or partitions go when every point in them is past its retention, rows of shorter-lived series are deleted from the chunks that stay.
+// How long points are kept, per user (series_id 0: every series of the user) or per series (its own row wins over the user's). Without a row, the series.retention setting (empty: forever). Applied by api.series_trim, which silo work's retention job runs (purge.retention_targets, target series): whole chunks or partitions go when every point in them is past its retention, rows of shorter-lived series are deleted from the chunks that stay.
 type SeriesRetention struct {
 	// The user (account.users.id).
 	UserID int64 `json:"userId"`
