@@ -6,7 +6,7 @@ package main
 //  1. Purge alone: STANDARD batches as silo work runs them back to back (purgeParallel concurrent
 //     api.purge_batch calls of purgeBatch units of work, each its own transaction, until the day's
 //     report closes), units of work per second. Baseline: the same deletes in plain SQL (select
-//     the ids, delete summaries, objects, units of work in one transaction per batch), as many
+//     the ids, delete objects, then units of work with their Summary, in one transaction per batch), as many
 //     connections. Target ≥ 10,000 units of work/s.
 //  2. Purge, paced as silo work paces it (a run of 600 units of work in 2 batches every 100 ms),
 //     while ingestion runs at a fixed 1,000 units of work/s over HTTP (POST
@@ -17,7 +17,7 @@ package main
 //     p99 at most 1.5× its value alone.
 //  3. TTL mode by partition drop: api.purge_ttl_run over units of work whose objects sit in
 //     partitions of their own, expired rows (objects, summaries, units of work) per second.
-//     Baseline: DELETE of the same rows. Target ≥ 1,000,000 expired rows/s.
+//     Baseline: DELETE of the same data (objects, then units of work with their Summary). Target ≥ 1,000,000 expired rows/s.
 //
 // The ODS tables are emptied before every run, so every run sees the same tables.
 
@@ -75,7 +75,7 @@ func (bn *bench) odsBackend(ctx context.Context) (string, error) {
 // three years ago, with their summaries and objects; the objects are spread over spreadDays days
 // from ageDays ago (TTL's figure puts them in partitions of their own). lastUpdated is their time.
 func (bn *bench) seedODS(ctx context.Context, prefix string, n, ageDays, spreadDays int) error {
-	_, err := bn.raw.Exec(ctx, `TRUNCATE ods.unit_of_works, ods.summaries, ods.objects, purge.reports;
+	_, err := bn.raw.Exec(ctx, `TRUNCATE ods.unit_of_works, ods.objects, purge.reports;
 		UPDATE purge.config SET enabled = false, mode = 'STANDARD', fetch_size = 16, parallelism = 8`)
 	if err != nil {
 		return err
@@ -89,11 +89,10 @@ func (bn *bench) seedOld(ctx context.Context, prefix string, n, ageDays, spreadD
 			SELECT $1 || i AS id, now() - $3 * interval '1 day' + (i % $4) * interval '1 day' + (i % 3600) * interval '1 second' AS t
 			FROM generate_series(1, $2::integer) i
 		), uw AS (
-			INSERT INTO ods.unit_of_works (id, journey_type, global_status, started_at, finished_at, first_seen, last_updated)
-			SELECT u.id, 'PAYMENT', 'COMPLETED', u.t, u.t + interval '1 minute', u.t, u.t + interval '2 minutes' FROM u
-		), s AS (
-			INSERT INTO ods.summaries (unit_of_work_id, journey_type, global_status, events, last_event, last_updated)
-			SELECT u.id, 'PAYMENT', 'COMPLETED', 4, 'Completed', u.t + interval '1 minute' FROM u
+			INSERT INTO ods.unit_of_works (id, journey_type, global_status, started_at, finished_at, first_seen, last_updated,
+			                               summary_events, summary_last_event, summary_updated, object_count)
+			SELECT u.id, 'PAYMENT', 'COMPLETED', u.t, u.t + interval '1 minute', u.t, u.t + interval '2 minutes',
+			       4, 'Completed', u.t + interval '1 minute', 10 FROM u
 		)
 		INSERT INTO ods.objects (unit_of_work_id, created_at, object_id, kind, type, payload)
 		SELECT u.id, u.t + k * interval '1 second', 'o' || k,
@@ -104,7 +103,7 @@ func (bn *bench) seedOld(ctx context.Context, prefix string, n, ageDays, spreadD
 	if err != nil {
 		return err
 	}
-	_, err = bn.raw.Exec(ctx, `ANALYZE ods.unit_of_works, ods.summaries, ods.objects`)
+	_, err = bn.raw.Exec(ctx, `ANALYZE ods.unit_of_works, ods.objects`)
 	return err
 }
 
@@ -198,7 +197,8 @@ func (bn *bench) pacedPurge(ctx context.Context, now time.Time, stop <-chan stru
 	}
 }
 
-// rawPurge deletes the same rows in plain SQL: each client takes its share of the ids in batches.
+// rawPurge deletes the same rows in plain SQL: each client takes its share of the ids in batches
+// (the objects, then the units of work, which hold their Summary).
 func (bn *bench) rawPurge(ctx context.Context, prefix string, n int) (float64, error) {
 	var wg sync.WaitGroup
 	errc := make(chan error, purgeParallel)
@@ -218,9 +218,6 @@ func (bn *bench) rawPurge(ctx context.Context, prefix string, n int) (float64, e
 					return
 				}
 				_, err = tx.Exec(ctx, `SELECT id FROM ods.unit_of_works WHERE id = ANY ($1) ORDER BY finished_at FOR UPDATE`, ids)
-				if err == nil {
-					_, err = tx.Exec(ctx, `DELETE FROM ods.summaries WHERE unit_of_work_id = ANY ($1)`, ids)
-				}
 				if err == nil {
 					_, err = tx.Exec(ctx, `DELETE FROM ods.objects WHERE unit_of_work_id = ANY ($1)`, ids)
 				}
@@ -492,10 +489,11 @@ func purgeTTLWorkload(ctx context.Context, bn *bench, rp *report) error {
 			if err := bn.seedODS(ctx, "t", purgeTTLUnits, 400, 5); err != nil {
 				return 0, err
 			}
+			// The same rows as the TTL run counts: a unit of work with its Summary (one row of
+			// ods.unit_of_works) and its objects.
 			start := time.Now()
 			var n int64
-			for _, q := range []string{`DELETE FROM ods.summaries WHERE last_updated < now() - interval '30 days'`,
-				`DELETE FROM ods.objects WHERE created_at < now() - interval '30 days'`,
+			for _, q := range []string{`DELETE FROM ods.objects WHERE created_at < now() - interval '30 days'`,
 				`DELETE FROM ods.unit_of_works WHERE last_updated < now() - interval '30 days'`} {
 				tag, err := bn.raw.Exec(ctx, q)
 				if err != nil {
@@ -503,20 +501,23 @@ func purgeTTLWorkload(ctx context.Context, bn *bench, rp *report) error {
 				}
 				n += tag.RowsAffected()
 			}
-			return float64(n) / time.Since(start).Seconds(), nil
+			if want := int64(purgeTTLUnits * (purgeObjectsPerUW + 1)); n != want {
+				return 0, fmt.Errorf("DELETE removed %d rows of %d", n, want)
+			}
+			return float64(purgeTTLUnits*(purgeObjectsPerUW+2)) / time.Since(start).Seconds(), nil
 		})
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	rp.throughput(name, "rows/s", "rows/s (DELETE)", res[0], res[1], purgeTTLTarget, 0)
-	rp.notes = append(rp.notes, fmt.Sprintf("%s: partitions or chunks dropped per run [%s] (%s); the units of work and summaries are deleted by rows in the same transaction",
+	rp.notes = append(rp.notes, fmt.Sprintf("%s: partitions or chunks dropped per run [%s] (%s); the units of work, with their Summary in their row, are deleted by rows in the same transaction",
 		name, list(slices.Clone(dropped), "%.0f"), backend))
 	return bn.odsEmpty(ctx)
 }
 
 // odsEmpty leaves the ODS empty and the purge in its default mode.
 func (bn *bench) odsEmpty(ctx context.Context) error {
-	_, err := bn.raw.Exec(ctx, `TRUNCATE ods.unit_of_works, ods.summaries, ods.objects, purge.reports;
+	_, err := bn.raw.Exec(ctx, `TRUNCATE ods.unit_of_works, ods.objects, purge.reports;
 		UPDATE purge.config SET mode = 'STANDARD', enabled = false`)
 	return err
 }

@@ -932,7 +932,7 @@ type OdsObject struct {
 	Stored time.Time `json:"stored"`
 }
 
-// One Summary per unit of work: what its process-flow events add up to. Written with the unit of work by api.ods_ingest, deleted before it by the purge.
+// One Summary per unit of work: what its process-flow events add up to. Held in the unit of work's row (ods.unit_of_works.summary_*), written with it by api.ods_ingest and api.ods_append and deleted with it by the purge; this view reads it as a table of its own.
 type OdsSummary struct {
 	// The unit of work (ods.unit_of_works.id).
 	UnitOfWorkID string `json:"unitOfWorkId"`
@@ -945,10 +945,10 @@ type OdsSummary struct {
 	// The name of the last process-flow event ingested.
 	LastEvent *string `json:"lastEvent"`
 	// lastUpdated: when the summary was last written.
-	LastUpdated time.Time `json:"lastUpdated"`
+	LastUpdated *time.Time `json:"lastUpdated"`
 }
 
-// One row per unit-of-work id: the UnitOfWork of the ODS. Written by api.ods_ingest (process-flow events), api.ods_append (objects of a unit of work not seen yet) and api.ods_unit_of_work_archive; deleted, after its summary and objects, by the purge (api.purge_batch, api.purge_ttl_run).
+// One row per unit-of-work id: the UnitOfWork of the ODS, with its Summary (summary_*; read as ods.summaries) and the count of its objects. Written by api.ods_ingest (process-flow events), api.ods_append (objects) and api.ods_unit_of_work_archive; deleted whole, after its objects, by the purge (api.purge_batch, api.purge_ttl_run).
 type OdsUnitOfWork struct {
 	// The unit-of-work id that links the unit of work, its summary and its objects (1 to 256 characters).
 	ID string `json:"id"`
@@ -968,6 +968,14 @@ type OdsUnitOfWork struct {
 	LastUpdated time.Time `json:"lastUpdated"`
 	// Per-unit-of-work time to live in seconds (TTL mode): overrides the configured ttl-expire-after for it and its objects; NULL: the configured value.
 	TTL *int32 `json:"ttl"`
+	// Summary: how many process-flow events were ingested for it.
+	SummaryEvents int32 `json:"summaryEvents"`
+	// Summary: the name of the last process-flow event ingested.
+	SummaryLastEvent *string `json:"summaryLastEvent"`
+	// Summary: lastUpdated, when the Summary was last written (every ingest of the unit of work); NULL when it has no Summary.
+	SummaryUpdated *time.Time `json:"summaryUpdated"`
+	// How many objects (ods.objects) the unit of work has: counted by ingest as it stores them, so the purge knows how many it drops with whole partitions without scanning them.
+	ObjectCount int64 `json:"objectCount"`
 }
 
 // The time-partitioned tables of Silo, one row per table, written by partition.create_time_partitioned and deleted by partition.drop_time_partitioned. Their partitions or chunks, ranges and sizes: SELECT * FROM api.partition_chunks().

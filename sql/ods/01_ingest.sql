@@ -4,12 +4,13 @@
 -- joined (each its own caller and idempotency key, sql/idempotency/).
 --
 -- Why it is shaped so:
--- * Set-based: one statement checks every item, stores the objects, upserts one row per unit of
---   work and one Summary per unit of work. ON CONFLICT DO UPDATE may touch a row once per
---   statement, so the items are first reduced to one row per unit of work, in item order.
---   The Summary's counts reach it, and the answers learn which objects were stored, through JSON
---   objects keyed by unit of work (and object) rather than joins of two CTEs, which the planner, blind to their sizes, would run as a nested loop (quadratic in
---   the units of work of a call).
+-- * Set-based: one statement checks every item, stores the objects and upserts one row per unit
+--   of work, which holds its Summary and the count of its objects. ON CONFLICT DO UPDATE may touch
+--   a row once per statement, so the items are first reduced to one row per unit of work, in item
+--   order. The count of objects stored reaches the unit of work, and the answers learn which
+--   objects were stored, through JSON objects keyed by unit of work (and object) rather than
+--   joins of two CTEs, which the planner, blind to their sizes, would run as a nested loop
+--   (quadratic in the units of work of a call).
 -- * startedAt is the time of the first event ingested for a unit of work (not the earliest time
 --   seen): the seed maps it from the first ProcessFlowEvent ingested. finishedAt is the time of the
 --   first event whose global status is terminal; neither moves once set.
@@ -169,6 +170,11 @@ BEGIN
         SELECT v.uow, v.at, v.object_id, v.kind, v.type, v.payload FROM valid v ORDER BY v.ord
         ON CONFLICT DO NOTHING
         RETURNING o.unit_of_work_id, o.created_at, o.object_id
+    ), stored_keys AS MATERIALIZED (
+        SELECT (SELECT coalesce(jsonb_object_agg(x.unit_of_work_id || E'\n' || x.created_at::text || E'\n' || x.object_id, true), '{}')
+                FROM stored x) AS keys,
+               (SELECT coalesce(jsonb_object_agg(c.uow, c.n), '{}')
+                FROM (SELECT x.unit_of_work_id AS uow, count(*) AS n FROM stored x GROUP BY x.unit_of_work_id) c) AS counts
     ), per_uow AS (
         SELECT v.uow,
                (array_agg(v.journey_type ORDER BY v.ord DESC) FILTER (WHERE v.journey_type IS NOT NULL))[1] AS journey_type,
@@ -179,51 +185,40 @@ BEGIN
                min(v.at) AS first_seen,
                (array_agg(v.ttl ORDER BY v.ord DESC) FILTER (WHERE v.ttl IS NOT NULL))[1] AS ttl,
                count(*) FILTER (WHERE p_events)::integer AS events,
-               (array_agg(v.type ORDER BY v.ord DESC))[1] AS last_event
+               CASE WHEN p_events THEN (array_agg(v.type ORDER BY v.ord DESC))[1] END AS last_event
         FROM valid v GROUP BY v.uow
     ), uows AS (
-        INSERT INTO ods.unit_of_works AS u (id, journey_type, global_status, started_at, finished_at, first_seen, last_updated, ttl)
-        SELECT p.uow, p.journey_type, p.status, p.started_at, p.finished_at, p.first_seen, now(), p.ttl
-        FROM per_uow p ORDER BY p.uow
+        INSERT INTO ods.unit_of_works AS u (id, journey_type, global_status, started_at, finished_at, first_seen, last_updated, ttl,
+                                            summary_events, summary_last_event, summary_updated, object_count)
+        SELECT p.uow, p.journey_type, p.status, p.started_at, p.finished_at, p.first_seen, now(), p.ttl,
+               p.events, p.last_event, now(), coalesce((k.counts ->> p.uow)::bigint, 0)
+        FROM per_uow p CROSS JOIN stored_keys k
+        ORDER BY p.uow
         ON CONFLICT (id) DO UPDATE
-        SET journey_type  = coalesce(excluded.journey_type, u.journey_type),
-            global_status = CASE WHEN u.finished_at IS NOT NULL THEN u.global_status
-                                 ELSE coalesce(excluded.global_status, u.global_status) END,
-            started_at    = coalesce(u.started_at, excluded.started_at),
-            finished_at   = coalesce(u.finished_at, excluded.finished_at),
-            first_seen    = least(u.first_seen, excluded.first_seen),
-            last_updated  = excluded.last_updated,
-            ttl           = coalesce(excluded.ttl, u.ttl)
-        RETURNING u.id, u.journey_type, u.global_status
-    ), stored_keys AS MATERIALIZED (
-        SELECT coalesce(jsonb_object_agg(x.unit_of_work_id || E'\n' || x.created_at::text || E'\n' || x.object_id, true), '{}') AS keys
-        FROM stored x
-    ), counts AS MATERIALIZED (
-        SELECT jsonb_object_agg(p.uow, jsonb_build_array(p.events, p.last_event)) AS by_uow FROM per_uow p
-    ), summaries AS (
-        INSERT INTO ods.summaries AS s (unit_of_work_id, journey_type, global_status, events, last_event, last_updated)
-        SELECT u.id, u.journey_type, u.global_status, (c.by_uow -> u.id ->> 0)::integer,
-               CASE WHEN p_events THEN c.by_uow -> u.id ->> 1 END, now()
-        FROM uows u CROSS JOIN counts c
-        ORDER BY u.id
-        ON CONFLICT (unit_of_work_id) DO UPDATE
-        SET journey_type  = excluded.journey_type,
-            global_status = excluded.global_status,
-            events        = s.events + excluded.events,
-            last_event    = coalesce(excluded.last_event, s.last_event),
-            last_updated  = excluded.last_updated
-        RETURNING 1
+        SET journey_type       = coalesce(excluded.journey_type, u.journey_type),
+            global_status      = CASE WHEN u.finished_at IS NOT NULL THEN u.global_status
+                                      ELSE coalesce(excluded.global_status, u.global_status) END,
+            started_at         = coalesce(u.started_at, excluded.started_at),
+            finished_at        = coalesce(u.finished_at, excluded.finished_at),
+            first_seen         = least(u.first_seen, excluded.first_seen),
+            last_updated       = excluded.last_updated,
+            ttl                = coalesce(excluded.ttl, u.ttl),
+            summary_events     = u.summary_events + excluded.summary_events,
+            summary_last_event = coalesce(excluded.summary_last_event, u.summary_last_event),
+            summary_updated    = excluded.summary_updated,
+            object_count       = u.object_count + excluded.object_count
     )
+    -- The first item of each key that was stored is stored, the others duplicates: the window's
+    -- sort carries only the keys, never the JSON of the stored keys.
     SELECT 1, i.ord,
            CASE WHEN i.problem IS NOT NULL THEN 'refused'
-                WHEN k.keys ? (v.uow || E'\n' || v.at::text || E'\n' || v.object_id)
-                     AND v.ord = min(v.ord) OVER (PARTITION BY v.uow, v.at, v.object_id) THEN 'stored'
+                WHEN v.first AND (SELECT k.keys FROM stored_keys k) ? (v.uow || E'\n' || v.at::text || E'\n' || v.object_id) THEN 'stored'
                 ELSE 'duplicate' END,
            CASE WHEN jsonb_typeof(i.item -> 'unitOfWorkId') = 'string' THEN left(i.item ->> 'unitOfWorkId', 256) END,
            v.object_id, i.problem[1], i.problem[2], false
     FROM items i
-    LEFT JOIN valid v ON v.ord = i.ord
-    CROSS JOIN stored_keys k
+    LEFT JOIN (SELECT v.ord, v.uow, v.at, v.object_id, v.ord = min(v.ord) OVER (PARTITION BY v.uow, v.at, v.object_id) AS first
+               FROM valid v) v ON v.ord = i.ord
     ORDER BY i.ord;
 END
 $$;
