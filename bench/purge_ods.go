@@ -45,7 +45,8 @@ const (
 	purgeMixedTarget = 5000
 	purgeIngestRate  = 1000 // units of work/s
 	purgeIngestFor   = 10 * time.Second
-	purgeIngestConns = 200 // clients: two requests per unit of work, so enough for latencies up to 200 ms
+	purgeIngestConns = 32                    // client connections: enough for latencies up to 320 ms
+	purgeIngestEvery = 10 * time.Millisecond // the client sends what fell due in this window in one pair of requests
 	purgeP99Ratio    = 1.5
 	purgeTTLUnits    = 100000 // 1.2 million rows
 	purgeTTLTarget   = 1000000
@@ -263,24 +264,33 @@ func (bn *bench) postODS(ctx context.Context, path string, body []byte) error {
 	return nil
 }
 
-// ingestUnit ingests one unit of work over HTTP: its two events, then its eight other objects.
-func (bn *bench) ingestUnit(ctx context.Context, id string) error {
+// ingestUnits ingests units of work over HTTP as a client that batches does: one request with
+// the two events of each, then one with the eight other objects of each.
+func (bn *bench) ingestUnits(ctx context.Context, ids []string) error {
 	at := time.Now().UTC().Format(time.RFC3339Nano)
-	events := fmt.Sprintf(`[{"unitOfWorkId": %q, "id": "e1", "journeyType": "PAYMENT", "globalStatus": "PENDING", "name": "Initiated", "createdAt": %q},
-		{"unitOfWorkId": %q, "id": "e2", "globalStatus": "COMPLETED", "name": "Completed", "createdAt": %q}]`, id, at, id, at)
-	if err := bn.postODS(ctx, "/ods/process-flow-events", []byte(events)); err != nil {
-		return err
-	}
-	var objects bytes.Buffer
+	var events, objects bytes.Buffer
+	events.WriteString("[")
 	objects.WriteString("[")
-	for k, kind := range []string{"MDS", "MDS", "PDS", "PDS", "PROCESS", "PROCESS", "CUSTOM", "CUSTOM"} {
-		if k > 0 {
+	for i, id := range ids {
+		if i > 0 {
+			events.WriteString(",")
 			objects.WriteString(",")
 		}
-		fmt.Fprintf(&objects, `{"unitOfWorkId": %q, "id": "o%d", "kind": %q, "type": "t%d", "createdAt": %q, "payload": {"amount": "10.00", "n": %d}}`,
-			id, k, kind, k, at, k)
+		fmt.Fprintf(&events, `{"unitOfWorkId": %q, "id": "e1", "journeyType": "PAYMENT", "globalStatus": "PENDING", "name": "Initiated", "createdAt": %q},
+			{"unitOfWorkId": %q, "id": "e2", "globalStatus": "COMPLETED", "name": "Completed", "createdAt": %q}`, id, at, id, at)
+		for k, kind := range []string{"MDS", "MDS", "PDS", "PDS", "PROCESS", "PROCESS", "CUSTOM", "CUSTOM"} {
+			if k > 0 {
+				objects.WriteString(",")
+			}
+			fmt.Fprintf(&objects, `{"unitOfWorkId": %q, "id": "o%d", "kind": %q, "type": "t%d", "createdAt": %q, "payload": {"amount": "10.00", "n": %d}}`,
+				id, k, kind, k, at, k)
+		}
 	}
+	events.WriteString("]")
 	objects.WriteString("]")
+	if err := bn.postODS(ctx, "/ods/process-flow-events", events.Bytes()); err != nil {
+		return err
+	}
 	return bn.postODS(ctx, "/ods/objects", objects.Bytes())
 }
 
@@ -303,14 +313,16 @@ func between(all []ingested, from, to time.Duration) []float64 {
 }
 
 // ingestAtRate ingests units of work at purgeIngestRate per second for d (open loop: unit i is due
-// at start + i/rate, latency counts from then) and returns every unit's offset and latency.
+// at start + i/rate, latency counts from then) and returns every unit's offset and latency. The
+// client sends what fell due every purgeIngestEvery in one pair of requests (ingestUnits), as a
+// client that batches does, on up to purgeIngestConns connections at once.
 func (bn *bench) ingestAtRate(ctx context.Context, prefix string, d time.Duration) ([]ingested, error) {
 	type item struct {
 		id     string
 		due    time.Time
 		offset time.Duration
 	}
-	ch := make(chan item, purgeIngestRate)
+	ch := make(chan []item, purgeIngestRate)
 	var mu sync.Mutex
 	var lat []ingested
 	var wg sync.WaitGroup
@@ -319,30 +331,45 @@ func (bn *bench) ingestAtRate(ctx context.Context, prefix string, d time.Duratio
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for it := range ch {
-				if err := bn.ingestUnit(ctx, it.id); err != nil {
+			for batch := range ch {
+				ids := make([]string, len(batch))
+				for i, it := range batch {
+					ids[i] = it.id
+				}
+				if err := bn.ingestUnits(ctx, ids); err != nil {
 					select {
 					case errc <- err:
 					default:
 					}
 					continue
 				}
-				ms := float64(time.Since(it.due).Microseconds()) / 1000
+				done := time.Now()
 				mu.Lock()
-				lat = append(lat, ingested{offset: it.offset, ms: ms})
+				for _, it := range batch {
+					lat = append(lat, ingested{offset: it.offset, ms: float64(done.Sub(it.due).Microseconds()) / 1000})
+				}
 				mu.Unlock()
 			}
 		}()
 	}
 	start := time.Now()
 	interval := time.Second / purgeIngestRate
+	var batch []item
 	for i := 0; ; i++ {
 		due := start.Add(time.Duration(i) * interval)
 		if due.Sub(start) >= d {
 			break
 		}
-		time.Sleep(time.Until(due))
-		ch <- item{id: fmt.Sprintf("%s%d", prefix, i), due: due, offset: due.Sub(start)}
+		// Sent once the batch's window has passed: its first unit waited purgeIngestEvery.
+		if len(batch) > 0 && due.Sub(batch[0].due) >= purgeIngestEvery {
+			time.Sleep(time.Until(batch[0].due.Add(purgeIngestEvery)))
+			ch <- batch
+			batch = nil
+		}
+		batch = append(batch, item{id: fmt.Sprintf("%s%d", prefix, i), due: due, offset: due.Sub(start)})
+	}
+	if len(batch) > 0 {
+		ch <- batch
 	}
 	close(ch)
 	wg.Wait()
