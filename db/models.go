@@ -1157,9 +1157,9 @@ type PurgeReport struct {
 	UnitOfWorksToDelete int64 `json:"unitOfWorksToDelete"`
 	// unitOfWorksDeleted: units of work deleted so far, counted in the transaction that deleted them (never twice, never for a rolled-back batch).
 	UnitOfWorksDeleted int64 `json:"unitOfWorksDeleted"`
-	// summariesDeleted: Summary rows deleted with them (the seed's class counts summaries; one per unit of work).
+	// summariesDeleted: the Summaries deleted with them (the seed's class counts summaries; one per unit of work, held in its row).
 	SummariesDeleted int64 `json:"summariesDeleted"`
-	// MDS, PDS, Process and Custom objects deleted with them (rows deleted or dropped with their partitions).
+	// MDS, PDS, Process and Custom objects deleted with them: rows deleted, and those dropped with whole partitions or chunks, counted from their units of work's object_count.
 	ObjectsDeleted int64 `json:"objectsDeleted"`
 	// Partitions or chunks of ods.objects dropped whole (TTL mode).
 	DroppedPartitions int32 `json:"droppedPartitions"`

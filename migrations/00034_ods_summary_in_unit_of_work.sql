@@ -35,8 +35,12 @@ COMMENT ON COLUMN ods.summaries.events IS 'How many process-flow events were ing
 COMMENT ON COLUMN ods.summaries.last_event IS 'The name of the last process-flow event ingested.';
 COMMENT ON COLUMN ods.summaries.last_updated IS 'lastUpdated: when the summary was last written.';
 COMMENT ON TABLE ods.unit_of_works IS 'One row per unit-of-work id: the UnitOfWork of the ODS, with its Summary (summary_*; read as ods.summaries) and the count of its objects. Written by api.ods_ingest (process-flow events), api.ods_append (objects) and api.ods_unit_of_work_archive; deleted whole, after its objects, by the purge (api.purge_batch, api.purge_ttl_run).';
+COMMENT ON COLUMN purge.reports.summaries_deleted IS 'summariesDeleted: the Summaries deleted with them (the seed''s class counts summaries; one per unit of work, held in its row).';
+COMMENT ON COLUMN purge.reports.objects_deleted IS 'MDS, PDS, Process and Custom objects deleted with them: rows deleted, and those dropped with whole partitions or chunks, counted from their units of work''s object_count.';
 
 -- +goose Down
+COMMENT ON COLUMN purge.reports.summaries_deleted IS 'summariesDeleted: Summary rows deleted with them (the seed''s class counts summaries; one per unit of work).';
+COMMENT ON COLUMN purge.reports.objects_deleted IS 'MDS, PDS, Process and Custom objects deleted with them (rows deleted or dropped with their partitions).';
 DROP VIEW ods.summaries;
 CREATE TABLE ods.summaries (
     unit_of_work_id text        PRIMARY KEY,
