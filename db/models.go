@@ -288,7 +288,7 @@ type APIProfilestoreLatest struct {
 	Value          json.RawMessage `json:"value"`
 }
 
-// Always empty: the row type of api.retention_run. target: the row of purge.retention_targets; setting: its silo.settings key; retention: the value applied; cutoff: the run's time minus the retention; result: what its trim function returned, as JSON (NULL when it failed); sqlstate and message: why it failed.
+// Always empty: the row type of api.retention_run. target: the row of purge.retention_targets; setting: its silo.settings key; retention: the value applied (NULL for an empty setting); cutoff: the run's time minus the retention; result: what its trim function returned, as JSON (NULL when it failed); sqlstate and message: why it failed.
 type APIRetentionResult struct {
 	Target    *string         `json:"target"`
 	Setting   *string         `json:"setting"`
@@ -932,7 +932,7 @@ type OdsObject struct {
 	Stored time.Time `json:"stored"`
 }
 
-// One Summary per unit of work: what its process-flow events add up to. Written with the unit of work by api.ods_ingest, deleted before it by the purge.
+// One Summary per unit of work: what its process-flow events add up to. Held in the unit of work's row (ods.unit_of_works.summary_*), written with it by api.ods_ingest and api.ods_append and deleted with it by the purge; this view reads it as a table of its own.
 type OdsSummary struct {
 	// The unit of work (ods.unit_of_works.id).
 	UnitOfWorkID string `json:"unitOfWorkId"`
@@ -945,10 +945,10 @@ type OdsSummary struct {
 	// The name of the last process-flow event ingested.
 	LastEvent *string `json:"lastEvent"`
 	// lastUpdated: when the summary was last written.
-	LastUpdated time.Time `json:"lastUpdated"`
+	LastUpdated *time.Time `json:"lastUpdated"`
 }
 
-// One row per unit-of-work id: the UnitOfWork of the ODS. Written by api.ods_ingest (process-flow events), api.ods_append (objects of a unit of work not seen yet) and api.ods_unit_of_work_archive; deleted, after its summary and objects, by the purge (api.purge_batch, api.purge_ttl_run).
+// One row per unit-of-work id: the UnitOfWork of the ODS, with its Summary (summary_*; read as ods.summaries) and the count of its objects. Written by api.ods_ingest (process-flow events), api.ods_append (objects) and api.ods_unit_of_work_archive; deleted whole, after its objects, by the purge (api.purge_batch, api.purge_ttl_run).
 type OdsUnitOfWork struct {
 	// The unit-of-work id that links the unit of work, its summary and its objects (1 to 256 characters).
 	ID string `json:"id"`
@@ -968,6 +968,14 @@ type OdsUnitOfWork struct {
 	LastUpdated time.Time `json:"lastUpdated"`
 	// Per-unit-of-work time to live in seconds (TTL mode): overrides the configured ttl-expire-after for it and its objects; NULL: the configured value.
 	TTL *int32 `json:"ttl"`
+	// Summary: how many process-flow events were ingested for it.
+	SummaryEvents int32 `json:"summaryEvents"`
+	// Summary: the name of the last process-flow event ingested.
+	SummaryLastEvent *string `json:"summaryLastEvent"`
+	// Summary: lastUpdated, when the Summary was last written (every ingest of the unit of work); NULL when it has no Summary.
+	SummaryUpdated *time.Time `json:"summaryUpdated"`
+	// How many objects (ods.objects) the unit of work has: counted by ingest as it stores them, so the purge knows how many it drops with whole partitions without scanning them.
+	ObjectCount int64 `json:"objectCount"`
 }
 
 // The time-partitioned tables of Silo, one row per table, written by partition.create_time_partitioned and deleted by partition.drop_time_partitioned. Their partitions or chunks, ranges and sizes: SELECT * FROM api.partition_chunks().
@@ -1149,9 +1157,9 @@ type PurgeReport struct {
 	UnitOfWorksToDelete int64 `json:"unitOfWorksToDelete"`
 	// unitOfWorksDeleted: units of work deleted so far, counted in the transaction that deleted them (never twice, never for a rolled-back batch).
 	UnitOfWorksDeleted int64 `json:"unitOfWorksDeleted"`
-	// summariesDeleted: Summary rows deleted with them (the seed's class counts summaries; one per unit of work).
+	// summariesDeleted: the Summaries deleted with them (the seed's class counts summaries; one per unit of work, held in its row).
 	SummariesDeleted int64 `json:"summariesDeleted"`
-	// MDS, PDS, Process and Custom objects deleted with them (rows deleted or dropped with their partitions).
+	// MDS, PDS, Process and Custom objects deleted with them: rows deleted, and those dropped with whole partitions or chunks, counted from their units of work's object_count.
 	ObjectsDeleted int64 `json:"objectsDeleted"`
 	// Partitions or chunks of ods.objects dropped whole (TTL mode).
 	DroppedPartitions int32 `json:"droppedPartitions"`
@@ -1283,7 +1291,7 @@ type SeriesPoint struct {
 	T8 *string `json:"t8"`
 }
 
-// How long points are kept, per user (series_id 0: every series of the user) or per series (its own row wins over the user's). Without a row, the series.retention setting (empty: forever). Applied by api.series_retain (silo work): whole chunks or partitions go when every point in them is past its retention, rows of shorter-lived series are deleted from the chunks that stay.
+// How long points are kept, per user (series_id 0: every series of the user) or per series (its own row wins over the user's). Without a row, the series.retention setting (empty: forever). Applied by api.series_trim, which silo work's retention job runs (purge.retention_targets, target series): whole chunks or partitions go when every point in them is past its retention, rows of shorter-lived series are deleted from the chunks that stay.
 type SeriesRetention struct {
 	// The user (account.users.id).
 	UserID int64 `json:"userId"`

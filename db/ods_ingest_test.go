@@ -96,6 +96,16 @@ func TestOdsIngestLifecycle(t *testing.T) {
 	require.Len(t, d.MdsObjects, 1)
 	require.Len(t, d.PdsObjects, 1)
 	require.Len(t, d.CustomObjects, 1)
+	// The unit of work counts the objects stored, not the duplicates (TTL mode's count of what it
+	// drops with whole partitions).
+	_, err = tx.Exec(ctx, `SELECT * FROM api.ods_ingest('{"unitOfWorkId": "u1", "id": "e1", "globalStatus": "COMPLETED", "createdAt": "2021-05-16T13:00:00Z"}');
+		SELECT * FROM api.ods_ingest('{"unitOfWorkId": "u1", "id": "e1", "globalStatus": "COMPLETED", "createdAt": "2021-05-16T13:00:00Z"}')`)
+	require.NoError(t, err)
+	var counted, stored int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT u.object_count, (SELECT count(*) FROM ods.objects o WHERE o.unit_of_work_id = u.id)
+		FROM ods.unit_of_works u WHERE u.id = 'u1'`).Scan(&counted, &stored))
+	require.Equal(t, 8, stored, "four events, three objects, one more event sent twice")
+	require.Equal(t, stored, counted)
 
 	// Objects of a unit of work not seen yet create it without startedAt.
 	_, err = tx.Exec(ctx, `SELECT * FROM api.ods_append('{"unitOfWorkId": "u2", "kind": "MDS", "type": "t", "payload": 1}')`)

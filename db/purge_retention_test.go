@@ -31,7 +31,7 @@ func TestRetentionRun(t *testing.T) {
 	// As of 23 hours from now, the key of two hours ago is past the 24-hour window, the other not.
 	rows, err := q.RetentionRun(ctx, db.RetentionRunParams{Now: now.Add(23 * time.Hour)})
 	require.NoError(t, err)
-	require.Len(t, rows, 5)
+	require.Len(t, rows, 6)
 	byTarget := map[string]db.RetentionRunRow{}
 	for _, r := range rows {
 		byTarget[r.Target] = r
@@ -43,6 +43,9 @@ func TestRetentionRun(t *testing.T) {
 	require.JSONEq(t, `0`, string(byTarget["belt_dead_letters"].Result), "no belt dead letters to delete")
 	require.JSONEq(t, `{"jobs": 0, "claims": 0}`, string(byTarget["job"].Result), "no finished jobs to delete")
 	require.JSONEq(t, `{"dropped_partitions": 0, "deleted_ids": 0, "deleted_deliveries": 0}`, string(byTarget["event"].Result))
+	require.JSONEq(t, `{"dropped_chunks": 0, "deleted_points": 0}`, string(byTarget["series"].Result))
+	require.False(t, byTarget["series"].Retention.Valid, "series.retention is empty by default: no default retention")
+	require.Nil(t, byTarget["series"].Cutoff)
 	var keys []string
 	require.NoError(t, tx.QueryRow(ctx, `SELECT array(SELECT key FROM silo.idempotency_keys ORDER BY key)`).Scan(&keys))
 	require.Equal(t, []string{"a"}, keys)
@@ -60,7 +63,7 @@ func TestRetentionRun(t *testing.T) {
 	require.JSONEq(t, `1`, string(rows[0].Result))
 	rows, err = q.RetentionRun(ctx, db.RetentionRunParams{Now: now})
 	require.NoError(t, err)
-	require.Len(t, rows, 4, "a disabled target is skipped")
+	require.Len(t, rows, 5, "a disabled target is skipped")
 	err = dbtest.Savepoint(t, tx, func(tx pgx.Tx) error {
 		nope := "nope"
 		_, err := db.New(tx).RetentionRun(ctx, db.RetentionRunParams{Now: now, Target: &nope})

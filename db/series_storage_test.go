@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -90,8 +91,9 @@ func testSeriesStorage(t *testing.T, pool *pgxpool.Pool, want string) {
 	require.NoError(t, err)
 	require.Equal(t, [][]float64{{0, 60}, {3600, -1.5}, {10800, 60.03}}, read(a)[:3])
 
-	// Retention: the user's series kept 5 days, b's 8 days. With the default setting set, whole
-	// chunks older than the longest retention are dropped, and the rows of a are deleted.
+	// Retention, through the retention job's target series: the user's series kept 5 days, b's 8
+	// days. With the default setting set, whole chunks older than the longest retention are
+	// dropped, and the rows of a are deleted.
 	_, err = pool.Exec(ctx, `SELECT api.series_retention_set('store', interval '5 days')`)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `SELECT api.series_retention_set('store', interval '8 days', $1)`, b)
@@ -104,8 +106,22 @@ func testSeriesStorage(t *testing.T, pool *pgxpool.Pool, want string) {
 		_, err = pool.Exec(ctx, `SELECT * FROM api.partition_maintain()`)
 		require.NoError(t, err)
 	}
-	r, err := q.SeriesRetain(ctx)
-	require.NoError(t, err)
+	type trimmed struct {
+		DroppedChunks int   `json:"dropped_chunks"`
+		DeletedPoints int64 `json:"deleted_points"`
+	}
+	trim := func() (pgtype.Interval, trimmed) {
+		target := "series"
+		rows, err := q.RetentionRun(ctx, db.RetentionRunParams{Now: time.Now(), Target: &target})
+		require.NoError(t, err)
+		require.Len(t, rows, 1)
+		require.Nil(t, rows[0].SQLState, "%v", rows[0].Message)
+		var r trimmed
+		require.NoError(t, json.Unmarshal(rows[0].Result, &r))
+		return rows[0].Retention, r
+	}
+	ret, r := trim()
+	require.Equal(t, pgtype.Interval{Days: 1, Valid: true}, ret)
 	require.Positive(t, r.DroppedChunks)
 	require.Positive(t, r.DeletedPoints)
 	oldest := func(id string) float64 {
@@ -117,5 +133,18 @@ func testSeriesStorage(t *testing.T, pool *pgxpool.Pool, want string) {
 	require.LessOrEqual(t, oldest(a), 5.0)
 	require.Greater(t, oldest(a), 4.9)
 	require.LessOrEqual(t, oldest(b), 9.0) // whole days of chunks go: between 8 and 9 days are left
+	require.Greater(t, oldest(b), 7.9)
+
+	// Without a default (the setting empty), a series' own retention still applies, by rows: a
+	// kept 2 days now; no chunk can go, since series without a row of their own are kept forever.
+	_, err = pool.Exec(ctx, `SELECT api.series_retention_set('store', interval '2 days', $1)`, a)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE silo.settings SET value = '' WHERE key = 'series.retention'`)
+	require.NoError(t, err)
+	ret, r = trim()
+	require.False(t, ret.Valid, "an empty setting: no default retention")
+	require.Zero(t, r.DroppedChunks)
+	require.Positive(t, r.DeletedPoints)
+	require.LessOrEqual(t, oldest(a), 2.0)
 	require.Greater(t, oldest(b), 7.9)
 }

@@ -35,22 +35,6 @@ func (q *Queries) SeriesMetadataFlush(ctx context.Context, maxUpdates int32) (in
 	return flushed, err
 }
 
-const seriesRetain = `-- name: SeriesRetain :one
-SELECT r.dropped_chunks::integer AS dropped_chunks, r.deleted_points::bigint AS deleted_points FROM api.series_retain() r
-`
-
-type SeriesRetainRow struct {
-	DroppedChunks int32 `json:"droppedChunks"`
-	DeletedPoints int64 `json:"deletedPoints"`
-}
-
-func (q *Queries) SeriesRetain(ctx context.Context) (SeriesRetainRow, error) {
-	row := q.db.QueryRow(ctx, seriesRetain)
-	var i SeriesRetainRow
-	err := row.Scan(&i.DroppedChunks, &i.DeletedPoints)
-	return i, err
-}
-
 const seriesRetentionSet = `-- name: SeriesRetentionSet :exec
 SELECT api.series_retention_set($1::text, $2::interval, $3::text)
 `

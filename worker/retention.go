@@ -17,9 +17,9 @@ const DefaultRetentionInterval = 10 * time.Minute
 
 // RetentionArgs is the periodic job that keeps Silo's time-ordered data bounded: api.retention_run
 // (sql/purge/05_retention.sql) applies the retention of every target of purge.retention_targets
-// (the event store, the change log, idempotency keys, and whatever a domain adds), each with its
-// retention setting in silo.settings: whole partitions or chunks dropped for time-partitioned
-// tables, rows deleted for small ones.
+// (the event store, series points, the change log, idempotency keys, and whatever a domain adds),
+// each with its retention setting in silo.settings: whole partitions or chunks dropped for
+// time-partitioned tables, rows deleted for small ones.
 type RetentionArgs struct{}
 
 // Kind is the job kind.

@@ -10,11 +10,10 @@ import (
 	"github.com/silo-db/silo/db"
 )
 
-// SeriesMaintenanceArgs is the periodic job that removes series points nobody may read any more
-// (sql/series/05_metadata.sql): the points of deleted holder events (api.series_cleanup: the seed's
-// series storage removed later, by an id unrelated to the event id), then the points past their
-// retention (api.series_retain: whole chunks or partitions where every series is past it, rows
-// of shorter-lived series otherwise).
+// SeriesMaintenanceArgs is the periodic job that removes the points of deleted holder events
+// (api.series_cleanup, sql/series/05_metadata.sql: the seed's series storage removed later, by an
+// id unrelated to the event id). Retention is not its work: the retention job applies it with
+// Silo's other time-ordered data (api.retention_run, target series).
 type SeriesMaintenanceArgs struct{}
 
 // Kind is the job kind.
@@ -26,15 +25,14 @@ func (SeriesMaintenanceArgs) InsertOpts() river.InsertOpts {
 	return singletonMaintenanceJob()
 }
 
-// SeriesMaintenanceWorker removes deleted series, a hundred per call until none is left, then
-// applies retention.
+// SeriesMaintenanceWorker removes deleted series, a hundred per call until none is left.
 type SeriesMaintenanceWorker struct {
 	river.WorkerDefaults[SeriesMaintenanceArgs]
 	queries *db.Queries
 	logger  *slog.Logger
 }
 
-// Work removes deleted series, then applies retention.
+// Work removes deleted series.
 func (w *SeriesMaintenanceWorker) Work(ctx context.Context, job *river.Job[SeriesMaintenanceArgs]) error {
 	const batch = 100
 	removed := 0
@@ -51,12 +49,8 @@ func (w *SeriesMaintenanceWorker) Work(ctx context.Context, job *river.Job[Serie
 			return err
 		}
 	}
-	r, err := w.queries.SeriesRetain(ctx)
-	if err != nil {
-		return fmt.Errorf("error applying series retention: %w", err)
-	}
-	if removed > 0 || r.DroppedChunks > 0 || r.DeletedPoints > 0 {
-		w.logger.Info("series maintained", "deleted_series", removed, "dropped_chunks", r.DroppedChunks, "deleted_points", r.DeletedPoints)
+	if removed > 0 {
+		w.logger.Info("series maintained", "deleted_series", removed)
 	}
 	return nil
 }

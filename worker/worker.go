@@ -46,8 +46,9 @@ type Config struct {
 	// ReaperBudget is how long one reaper run goes on while grains are due (0: DefaultReaperBudget).
 	ReaperBudget time.Duration
 	// RetentionInterval is how often the retention job applies the retention of the event store,
-	// the change log, idempotency keys and every other target of purge.retention_targets (0:
-	// DefaultRetentionInterval; negative: never). Each retention is a silo.settings row.
+	// series points, the change log, idempotency keys and every other target of
+	// purge.retention_targets (0: DefaultRetentionInterval; negative: never). Each retention is a
+	// silo.settings row.
 	RetentionInterval time.Duration
 	// PartitionMaintenanceInterval is how often the time-partitioned tables are maintained (0:
 	// DefaultPartitionMaintenanceInterval; negative: never).
@@ -58,8 +59,8 @@ type Config struct {
 	// SeriesFlushInterval is how often the series metadata updater flushes due updates and held
 	// back notifications (0: DefaultSeriesFlushInterval; negative: never).
 	SeriesFlushInterval time.Duration
-	// SeriesMaintenanceInterval is how often deleted series are removed and series retention
-	// applied (0: DefaultSeriesMaintenanceInterval; negative: never).
+	// SeriesMaintenanceInterval is how often the points of deleted series are removed (0:
+	// DefaultSeriesMaintenanceInterval; negative: never). Series retention is the retention job's.
 	SeriesMaintenanceInterval time.Duration
 	// RescueStuckJobsAfter is how long a job may stay running before River's leader takes it for
 	// the job of a dead process and ends it (0: DefaultRescueStuckJobsAfter, or twice the reaper's

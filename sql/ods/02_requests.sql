@@ -16,6 +16,21 @@ DECLARE
     v_ord_in integer[];
     v_res    api.ods_ingest_results[];
 BEGIN
+    -- The usual call, no key and every request well-formed: no claims, the items as they come.
+    IF idempotency_private.all_fresh(p_requests, v_field, '{object,array}') THEN
+        SELECT jsonb_agg(u.m ORDER BY e.n, u.n), array_agg(e.n::integer ORDER BY e.n, u.n), array_agg(u.n::integer ORDER BY e.n, u.n)
+        INTO v_items, v_req_of, v_ord_in
+        FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e(r, n)
+        CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(e.r -> v_field) = 'object'
+                                                     THEN jsonb_build_array(e.r -> v_field) ELSE e.r -> v_field END)
+                           WITH ORDINALITY AS u(m, n);
+        IF v_items IS NOT NULL THEN
+            RETURN QUERY
+            SELECT v_req_of[i.ord], v_ord_in[i.ord], i.status, i.unit_of_work_id, i.object_id, i.sqlstate, i.reason, false
+            FROM ods_private.ingest(v_items, p_events) AS i;
+        END IF;
+        RETURN;
+    END IF;
     v_claims := idempotency_private.claim_requests(p_requests, v_route, v_field, '{object,array}');
 
     SELECT jsonb_agg(u.m ORDER BY u.g), array_agg(u.request ORDER BY u.g), array_agg(u.n::integer ORDER BY u.g)

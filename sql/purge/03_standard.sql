@@ -3,10 +3,10 @@
 --
 -- Why it is shaped so:
 -- * A batch is one transaction: it claims its units of work (FOR UPDATE SKIP LOCKED, so concurrent
---   batches never take the same one), deletes their Summary and objects, then the units of work,
---   and adds what it deleted to the report in the same transaction. A batch that fails or whose
---   worker dies rolls back whole: nothing half-deleted, nothing counted that was not deleted, and
---   the next run picks the units of work up again. The claim re-checks the criteria on the row it
+--   batches never take the same one), deletes their objects, then the units of work with their
+--   Summary (held in the unit of work's row), and adds what it deleted to the report in the same
+--   transaction. A batch that fails or whose worker dies rolls back whole: nothing half-deleted,
+--   nothing counted that was not deleted, and the next run picks the units of work up again. The claim re-checks the criteria on the row it
 --   locks (READ COMMITTED re-evaluates a locked row's condition), so a unit of work changed or
 --   deleted meanwhile is skipped.
 -- * The criteria and the lower bound come from the report, not the configuration: a day's purge
@@ -123,21 +123,20 @@ $$;
 COMMENT ON FUNCTION purge_private.claim(purge.reports, integer) IS
     'Locks and returns the ids of at most p_limit units of work that meet the purge criteria of report p_report (its lower bound, terminal-unit-of-works-only and archived-dependent journey types), oldest first, skipping those another transaction holds. Raises nothing.';
 
--- The seed's order: the Summary and every object first, then the unit of work; one transaction.
+-- The seed's order: every object first, then the unit of work with its Summary (held in its row,
+-- so the two go in one row delete); one transaction.
 CREATE FUNCTION purge_private.delete_units(p_ids text[], OUT unit_of_works integer, OUT summaries integer, OUT objects bigint)
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    DELETE FROM ods.summaries s WHERE s.unit_of_work_id = ANY (p_ids);
-    GET DIAGNOSTICS summaries = ROW_COUNT;
     DELETE FROM ods.objects o WHERE o.unit_of_work_id = ANY (p_ids);
     GET DIAGNOSTICS objects = ROW_COUNT;
-    DELETE FROM ods.unit_of_works u WHERE u.id = ANY (p_ids);
-    GET DIAGNOSTICS unit_of_works = ROW_COUNT;
+    WITH d AS (DELETE FROM ods.unit_of_works u WHERE u.id = ANY (p_ids) RETURNING u.summary_updated IS NOT NULL AS summary)
+    SELECT count(*), count(*) FILTER (WHERE d.summary) INTO unit_of_works, summaries FROM d;
 END
 $$;
 COMMENT ON FUNCTION purge_private.delete_units(text[]) IS
-    'Deletes the units of work p_ids whole in the caller''s transaction: their summaries and objects, then the units of work. Returns how many rows of each went. Raises nothing of its own.';
+    'Deletes the units of work p_ids whole in the caller''s transaction: their objects, then the units of work with their summaries. Returns how many units of work, summaries and objects went. Raises nothing of its own.';
 
 CREATE FUNCTION purge_private.count_deleted(p_date date, p_now timestamptz, p_units integer, p_summaries integer,
                                             p_objects bigint, p_dropped integer)
@@ -239,7 +238,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.purge_batch(timestamptz, integer) IS
-    'One STANDARD purge batch as of p_now (default now()), in the caller''s transaction: opens the report of p_now''s UTC date if there is none (purge_private.report_open, with the configuration of purge.config), claims at most p_limit (default NULL: the configured fetch-size; 1 to 100000) units of work meeting the report''s criteria that no concurrent batch holds (FOR UPDATE SKIP LOCKED), deletes each one''s summary and objects, then the units of work, and adds the counts to the report in the same transaction; when it claims none and none is left, closes the report at p_now. Returns execution_date, unit_of_works_deleted, summaries_deleted, objects_deleted, finished (the report is closed). Publishes on channel purge: started, progress (at most once a second), finished. Raises SLINV (p_now NULL, p_limit outside 1..100000), SPMOD (the day''s report runs in TTL mode).';
+    'One STANDARD purge batch as of p_now (default now()), in the caller''s transaction: opens the report of p_now''s UTC date if there is none (purge_private.report_open, with the configuration of purge.config), claims at most p_limit (default NULL: the configured fetch-size; 1 to 100000) units of work meeting the report''s criteria that no concurrent batch holds (FOR UPDATE SKIP LOCKED), deletes each one''s objects, then the units of work with their summaries, and adds the counts to the report in the same transaction; when it claims none and none is left, closes the report at p_now. Returns execution_date, unit_of_works_deleted, summaries_deleted, objects_deleted, finished (the report is closed). Publishes on channel purge: started, progress (at most once a second), finished. Raises SLINV (p_now NULL, p_limit outside 1..100000), SPMOD (the day''s report runs in TTL mode).';
 
 CREATE FUNCTION api.purge_tick(p_now timestamptz DEFAULT now(),
                                OUT enabled boolean, OUT mode text, OUT batch_sizes integer[], OUT frequency_ms bigint,

@@ -1,8 +1,8 @@
 -- Purge, TTL mode: the store expires data itself. A unit of work expires when it has not been
 -- modified (ods.unit_of_works.last_updated: any event, object or archiving) for its own ttl or the
 -- configured ttl-expire-after-seconds (the seed's per-document ttl and collection-wide
--- expireAfterSeconds). It expires whole: its Summary and objects carry no expiry of their own and
--- go with it. As the purge criteria would, expiry is postponed for an unfinished unit of work while
+-- expireAfterSeconds). It expires whole: its Summary (in its row) and objects carry no expiry of
+-- their own and go with it. As the purge criteria would, expiry is postponed for an unfinished unit of work while
 -- terminal-unit-of-works-only is true, and for one of an archived-dependent journey type not
 -- archived yet (finishing or archiving modifies it, which starts its ttl again).
 --
@@ -11,13 +11,16 @@
 -- partition that ends at or before the first_seen of the oldest unit of work that stays belongs
 -- to an expiring unit of work: such partitions are dropped whole (drop_chunks on TimescaleDB,
 -- pg_partman's partitions natively, partition_private.drop_older), in the transaction that deletes
--- their units of work and those units of work's objects in later partitions. Where the data does
+-- their units of work and those units of work's objects in later partitions; the objects dropped
+-- are counted from the units of work's object_count, not by scanning them. Where the data does
 -- not allow it (a unit of work that stays holds objects in an old partition), expired units of work
 -- go by batched deletes as in STANDARD mode.
 
+-- STABLE, as timestamptz + interval is: an IMMUTABLE wrapper would not be inlined, and would cost a
+-- function call per unit of work scanned.
 CREATE FUNCTION purge_private.ttl_expiry(p_last_updated timestamptz, p_ttl integer, p_default bigint)
 RETURNS timestamptz
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT p_last_updated + coalesce(p_ttl, p_default) * interval '1 second';
 $$;
@@ -62,7 +65,6 @@ DECLARE
     v_keep    timestamptz;
     v_cut     timestamptz;
     v_ids     text[];
-    v_part    record;
     v_n       bigint;
     v_units   integer := 0;
     v_sums    integer := 0;
@@ -97,28 +99,23 @@ BEGIN
         -- The units of work go first: a DELETE re-checks each row's expiry on its latest version,
         -- so one an ingest modified meanwhile stays. If any unit of work that old stays, its
         -- objects must too: then the objects of those deleted go by rows, and nothing is dropped.
+        -- Their Summary goes in the same row delete; their objects are counted in their rows.
         WITH d AS (
             DELETE FROM ods.unit_of_works u
             WHERE u.first_seen < v_cut
               AND purge_private.ttl_expiry(u.last_updated, u.ttl, v_cfg.ttl_expire_after_seconds) <= p_now
               AND NOT purge_private.ttl_postponed(u.finished_at, u.archived_at, u.journey_type, v_cfg)
-            RETURNING u.id)
-        SELECT coalesce(array_agg(d.id), '{}') INTO v_ids FROM d;
+            RETURNING u.id, u.object_count, u.summary_updated IS NOT NULL AS summary)
+        SELECT coalesce(array_agg(d.id), '{}'), coalesce(sum(d.object_count), 0), count(*) FILTER (WHERE d.summary)
+        INTO v_ids, v_n, v_sums FROM d;
         v_units := cardinality(v_ids);
-        DELETE FROM ods.summaries s WHERE s.unit_of_work_id = ANY (v_ids);
-        GET DIAGNOSTICS v_sums = ROW_COUNT;
         IF EXISTS (SELECT FROM ods.unit_of_works u WHERE u.first_seen < v_cut) THEN
             DELETE FROM ods.objects o WHERE o.unit_of_work_id = ANY (v_ids);
             GET DIAGNOSTICS v_objects = ROW_COUNT;
         ELSE
-            FOR v_part IN SELECT c.part FROM partition_private.chunks('ods.objects'::regclass) c
-                          WHERE c.range_end <= v_cut OR (c.is_default AND c.range_start IS NULL) LOOP
-                EXECUTE format('SELECT count(*) FROM %s WHERE created_at < %L', v_part.part, v_cut) INTO v_n;
-                v_objects := v_objects + v_n;
-            END LOOP;
+            -- Every object of theirs is in a partition that goes or deleted here: their count.
             DELETE FROM ods.objects o WHERE o.unit_of_work_id = ANY (v_ids) AND o.created_at >= v_cut;
-            GET DIAGNOSTICS v_n = ROW_COUNT;
-            v_objects := v_objects + v_n;
+            v_objects := v_n;
             SELECT count(*)::integer INTO dropped_partitions FROM partition_private.drop_older('ods.objects'::regclass, v_cut);
         END IF;
     END IF;

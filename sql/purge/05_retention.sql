@@ -1,15 +1,17 @@
 -- Retention: one mechanism for every kind of time-ordered data (purge.retention_targets). Each
 -- target's retention is read from silo.settings at every run and handed to its trim function with
 -- the run's time; the function drops whole partitions or chunks (partition_private.drop_older) of
--- a time-partitioned table, or deletes the rows of a small one. A target that fails is recorded
--- and costs the others nothing (a subtransaction each).
+-- a time-partitioned table, or deletes the rows of a small one. An empty setting hands it NULL: a
+-- target with retentions of its own (series points, per user and per series) then applies those
+-- alone; the others read their setting and refuse it. A target that fails is recorded and costs
+-- the others nothing (a subtransaction each).
 
 CREATE VIEW api.retention_results AS
 SELECT NULL::text AS target, NULL::text AS setting, NULL::interval AS retention, NULL::timestamptz AS cutoff,
        NULL::jsonb AS result, NULL::text AS sqlstate, NULL::text AS message
 WHERE false;
 COMMENT ON VIEW api.retention_results IS
-    'Always empty: the row type of api.retention_run. target: the row of purge.retention_targets; setting: its silo.settings key; retention: the value applied; cutoff: the run''s time minus the retention; result: what its trim function returned, as JSON (NULL when it failed); sqlstate and message: why it failed.';
+    'Always empty: the row type of api.retention_run. target: the row of purge.retention_targets; setting: its silo.settings key; retention: the value applied (NULL for an empty setting); cutoff: the run''s time minus the retention; result: what its trim function returned, as JSON (NULL when it failed); sqlstate and message: why it failed.';
 
 CREATE FUNCTION api.retention_run(p_now timestamptz DEFAULT now(), p_target text DEFAULT NULL)
 RETURNS SETOF api.retention_results
@@ -36,7 +38,9 @@ BEGIN
         v_state := NULL;
         v_msg := NULL;
         BEGIN
-            v_ret := settings_private.setting_interval(v_t.setting, v_t.default_value);
+            IF btrim(settings_private.setting(v_t.setting, v_t.default_value)) <> '' THEN
+                v_ret := settings_private.setting_interval(v_t.setting, v_t.default_value);
+            END IF;
             EXECUTE format('SELECT to_jsonb(t) FROM %s($1, $2) AS t', v_t.trim_function) INTO v_result USING v_ret, p_now;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
@@ -50,4 +54,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.retention_run(timestamptz, text) IS
-    'Applies the retention of every enabled target of purge.retention_targets (or only p_target, enabled or not; default NULL: all) as of p_now (default now()): reads its retention from silo.settings (its default_value when the key is absent) and calls its trim function with it and p_now, each in a subtransaction, so a failing target is recorded and the others go on. Records last_run_at, last_result, last_error. Returns one api.retention_results row per target, by name. Run periodically by silo work''s retention job; from psql at will. Raises SLINV when p_now is NULL, SLNFD when p_target names no target.';
+    'Applies the retention of every enabled target of purge.retention_targets (or only p_target, enabled or not; default NULL: all) as of p_now (default now()): reads its retention from silo.settings (its default_value when the key is absent; an empty value passes NULL: series then apply only their per-user and per-series retentions, the other targets refuse it) and calls its trim function with it and p_now, each in a subtransaction, so a failing target is recorded and the others go on. Records last_run_at, last_result, last_error. Returns one api.retention_results row per target, by name. Run periodically by silo work''s retention job; from psql at will. Raises SLINV when p_now is NULL, SLNFD when p_target names no target.';

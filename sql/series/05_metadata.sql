@@ -3,7 +3,8 @@
 --     into series.pending_updates are written to their holders once min(flushIdle, deadline) has
 --     passed: duration (grows only, to the latest point), modified and modifiedBy;
 --   * the notifications the per-user throttle held back;
---   * removal of the points of deleted holders (account.series_deletions), and retention.
+--   * removal of the points of deleted holders (account.series_deletions);
+--   * retention (api.series_trim), which the retention job (sql/purge/) runs with Silo's others.
 -- Rows are claimed with FOR UPDATE SKIP LOCKED, so two workers never flush one update twice, and
 -- an append that merges into a row being flushed waits for the flush and then starts a new row.
 
@@ -79,28 +80,27 @@ END
 $$;
 COMMENT ON FUNCTION api.series_cleanup(integer) IS 'Removes the points, pending update and retention row of up to p_limit (default 100) series whose holder event was deleted (account.series_deletions, oldest first), then their account.series_deletions rows. Returns how many series were removed. Run every minute by silo work; safe to run in parallel (SKIP LOCKED). Raises SLINV when p_limit is not positive.';
 
--- Retention: whole chunks or partitions go when every series is past its retention there (the
--- longest retention of all decides the cutoff); the points of series kept for less are deleted as
--- rows from the chunks that stay.
-CREATE FUNCTION api.series_retain()
-RETURNS TABLE (dropped_chunks integer, deleted_points bigint)
+-- Retention, applied by the retention job (api.retention_run, target series of
+-- purge.retention_targets): whole chunks or partitions go when every series is past its retention
+-- there (the longest retention of all decides the cutoff); the points of series kept for less are
+-- deleted as rows from the chunks that stay.
+CREATE FUNCTION api.series_trim(p_retention interval DEFAULT NULL, p_now timestamptz DEFAULT now(),
+                                OUT dropped_chunks integer, OUT deleted_points bigint)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_default text := settings_private.setting('series.retention', '');
-    v_keep    interval;
+    v_keep    interval := p_retention;
     v_longest interval;
 BEGIN
-    IF btrim(v_default) <> '' THEN
-        BEGIN
-            v_keep := v_default::interval;
-        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
-            RAISE EXCEPTION 'setting series.retention is not an interval: %', v_default USING ERRCODE = 'SLINV',
-                HINT = 'UPDATE silo.settings SET value = '''' WHERE key = ''series.retention'' keeps points forever.';
-        END;
-        IF v_keep <= interval '0' THEN
-            RAISE EXCEPTION 'setting series.retention must be positive, got %', v_default USING ERRCODE = 'SLINV';
-        END IF;
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'the time of the run must not be null' USING ERRCODE = 'SLINV';
+    END IF;
+    IF v_keep IS NULL AND btrim(settings_private.setting('series.retention', '')) <> '' THEN
+        v_keep := settings_private.setting_interval('series.retention', '');
+    END IF;
+    IF v_keep <= interval '0' THEN
+        RAISE EXCEPTION 'series retention must be positive, got %', v_keep USING ERRCODE = 'SLINV',
+            HINT = 'UPDATE silo.settings SET value = '''' WHERE key = ''series.retention'' keeps points forever.';
     END IF;
     dropped_chunks := 0;
     deleted_points := 0;
@@ -108,7 +108,7 @@ BEGIN
     -- one, nothing is old enough for a whole chunk to go.
     IF v_keep IS NOT NULL THEN
         SELECT greatest(v_keep, max(r.keep)) INTO v_longest FROM series.retention r;
-        SELECT count(*)::integer INTO dropped_chunks FROM partition_private.drop_older('series.points', now() - v_longest);
+        SELECT count(*)::integer INTO dropped_chunks FROM partition_private.drop_older('series.points', p_now - v_longest);
     END IF;
     WITH kept AS (
         SELECT e.series_id, coalesce(rs.keep, ru.keep, v_keep) AS keep
@@ -119,14 +119,13 @@ BEGIN
           AND (v_longest IS NULL OR coalesce(rs.keep, ru.keep, v_keep) < v_longest)
     ), gone AS (
         DELETE FROM series.points p USING kept k
-        WHERE p.series_id = k.series_id AND p.at < now() - k.keep
+        WHERE p.series_id = k.series_id AND p.at < p_now - k.keep
         RETURNING 1
     )
     SELECT count(*) INTO deleted_points FROM gone;
-    RETURN NEXT;
 END
 $$;
-COMMENT ON FUNCTION api.series_retain() IS 'Applies the retention of series points: each series keeps its points for its own keep in series.retention, else its user''s (series_id 0), else the series.retention setting (empty: forever). Whole chunks or partitions older than the longest retention in force go (partition_private.drop_older; only when the setting is set, since series without a row are kept by it); the older points of series kept for less are deleted as rows. Returns dropped_chunks and deleted_points. Run hourly by silo work. Raises SLINV when the setting is neither empty nor a positive interval, and what partition_private.drop_older raises.';
+COMMENT ON FUNCTION api.series_trim(interval, timestamptz) IS 'Applies the retention of series points as of p_now (default now()): each series keeps its points for its own keep in series.retention, else its user''s (series_id 0), else p_retention (default NULL: the series.retention setting; empty there: forever). Whole chunks or partitions older than the longest retention in force go (partition_private.drop_older; only when a default retention applies, since the series without a row of their own are kept by it); the older points of series kept for less are deleted as rows. Returns dropped_chunks and deleted_points. Run by silo work''s retention job (api.retention_run, target series); from psql at will. Raises SLINV when p_now is NULL or the retention (argument or setting) is not a positive interval, STBKD when the partitioning backend is not usable.';
 
 CREATE FUNCTION api.series_retention_set(p_username text, p_keep interval, p_event_id text DEFAULT NULL)
 RETURNS void
@@ -155,4 +154,4 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION api.series_retention_set(text, interval, text) IS 'Sets how long the points of user p_username are kept: of every series of the user (p_event_id NULL) or of the series of event p_event_id; p_keep NULL removes the row (the user''s, then the setting series.retention apply). Applied by api.series_retain. An operator''s function (psql). Raises SANFD for an unknown user or event (or one that is no series event), SAINV for a retention that is not positive.';
+COMMENT ON FUNCTION api.series_retention_set(text, interval, text) IS 'Sets how long the points of user p_username are kept: of every series of the user (p_event_id NULL) or of the series of event p_event_id; p_keep NULL removes the row (the user''s, then the setting series.retention apply). Applied by api.series_trim (the retention job). An operator''s function (psql). Raises SANFD for an unknown user or event (or one that is no series event), SAINV for a retention that is not positive.';
