@@ -308,7 +308,7 @@ func TestEventIngestRequests(t *testing.T) {
 	ctx := context.Background()
 	call := func(body string) []db.EventIngestRequestsRow {
 		t.Helper()
-		rows, err := q.EventIngestRequests(ctx, json.RawMessage(body))
+		rows, err := q.EventIngestRequests(ctx, db.EventIngestRequestsParams{Requests: json.RawMessage(body)})
 		require.NoError(t, err)
 		return rows
 	}
