@@ -95,6 +95,13 @@ func TestEventIngestHTTP(t *testing.T) {
 	require.Equal(t, []string{"stored", "refused/invalid-event", "stored"}, resultStatuses(res))
 	require.Contains(t, res[1]["error"].(map[string]any)["message"], "line 2 is not valid JSON")
 
+	// Lines PostgreSQL cannot take as text or JSON (not UTF-8, a NUL byte, the escape \u0000) are
+	// refused alone too.
+	nd = "{\"a\": \"\xff\"}\n" + evJSON("n1", "click", "c2", t0+6, "7") + "\n{\"a\": 1,\x00}\n{\"a\": \"\\u0000\"}\n"
+	code, res, raw = b.postEvents(t, b.writer, "application/x-ndjson", nd)
+	require.Equal(t, http.StatusMultiStatus, code, raw)
+	require.Equal(t, []string{"refused/invalid-event", "stored", "refused/invalid-event", "refused/invalid-event"}, resultStatuses(res))
+
 	// NDJSON detected without its Content-Type.
 	code, res, raw = b.postEvents(t, b.writer, "application/json", evJSON("h5", "click", "c2", t0+4, "5")+"\n"+evJSON("h6", "click", "c2", t0+5, "6"))
 	require.Equal(t, http.StatusOK, code, raw)

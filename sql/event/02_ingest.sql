@@ -205,21 +205,27 @@ COMMENT ON FUNCTION event_private.ingest(jsonb, jsonb) IS
 -- events, and NDJSON (a text, or a JSON string) one event per line, each line read here on its
 -- own: a large body costs no large jsonb document of its events, whose parse and copies cost
 -- twice what its lines do. Blank lines are skipped, told by a test of the first character
--- (btrim of every line would cost a pass over it).
-CREATE FUNCTION event_private.elements(p_body jsonb, p_text text DEFAULT NULL)
+-- (btrim of every line would cost a pass over it); the lines named unreadable are not read.
+CREATE FUNCTION event_private.elements(p_body jsonb, p_text text DEFAULT NULL, p_bad jsonb DEFAULT NULL)
 RETURNS jsonb[]
 LANGUAGE sql STABLE
 AS $$
     SELECT CASE
-        WHEN p_text IS NOT NULL OR jsonb_typeof(p_body) = 'string'
+        WHEN (p_text IS NOT NULL OR jsonb_typeof(p_body) = 'string') AND p_bad IS NULL
             THEN ARRAY(SELECT l::jsonb FROM string_to_table(coalesce(p_text, p_body #>> '{}'), E'\n') AS l
                        WHERE l <> '' AND (position(left(l, 1) IN E' \t\r') = 0 OR btrim(l, E' \t\r') <> ''))
+        WHEN p_text IS NOT NULL OR jsonb_typeof(p_body) = 'string'
+            THEN ARRAY(SELECT CASE WHEN p_bad ? x.n::text THEN 'null' ELSE x.l::jsonb END
+                       FROM (SELECT l, row_number() OVER () AS n
+                             FROM string_to_table(coalesce(p_text, p_body #>> '{}'), E'\n') AS l
+                             WHERE l <> '' AND (position(left(l, 1) IN E' \t\r') = 0 OR btrim(l, E' \t\r') <> '')) x
+                       ORDER BY x.n)
         WHEN jsonb_typeof(p_body) = 'object' THEN ARRAY[p_body]
         WHEN jsonb_typeof(p_body) = 'array' THEN ARRAY(SELECT e FROM jsonb_array_elements(p_body) AS e)
     END;
 $$;
-COMMENT ON FUNCTION event_private.elements(jsonb, text) IS
-    'The events of a body, in order: p_text (default NULL) when given, else p_body. NDJSON (p_text, or p_body a JSON string): one JSON value per line, blank lines skipped; p_body an object: one event; an array: its elements. NULL for any other p_body. Raises invalid_text_representation 22P02 for an NDJSON line that is no JSON.';
+COMMENT ON FUNCTION event_private.elements(jsonb, text, jsonb) IS
+    'The events of a body, in order: p_text (default NULL) when given, else p_body. NDJSON (p_text, or p_body a JSON string): one JSON value per line, blank lines skipped, those whose position (from 1, among the lines not blank) is a key of p_bad (default NULL) null without being read; p_body an object: one event; an array: its elements. NULL for any other p_body. Raises invalid_text_representation 22P02 for another NDJSON line that is no JSON.';
 
 -- A view rather than RETURNS TABLE, as api.profile_apply_results: its row type is the function's,
 -- and sqlc reads it.
@@ -276,11 +282,12 @@ BEGIN
     -- One request without a key, alone in its call (a large body always is): its answers as they
     -- come, with nothing to record or to merge.
     IF cardinality(v_claims) = 1 AND v_claims[1].outcome = 'fresh' THEN
+        v_bad := CASE WHEN jsonb_typeof(p_requests -> 0 -> 'invalid') = 'object' THEN p_requests -> 0 -> 'invalid' END;
         RETURN QUERY
         SELECT 1, i.ord, i.status, i.event_id, i.first_stored, i.sqlstate, i.reason, false
         FROM unnest(event_private.ingest_all(
-                 event_private.elements(v_claims[1].body, CASE WHEN p_requests -> 0 -> 'text' = 'true' THEN p_texts[1] END),
-                 CASE WHEN jsonb_typeof(p_requests -> 0 -> 'invalid') = 'object' THEN p_requests -> 0 -> 'invalid' END)) AS i;
+                 event_private.elements(v_claims[1].body, CASE WHEN p_requests -> 0 -> 'text' = 'true' THEN p_texts[1] END, v_bad),
+                 v_bad)) AS i;
         RETURN;
     END IF;
 
@@ -297,7 +304,7 @@ BEGIN
                           THEN p_requests -> (c.request - 1) -> 'invalid' END AS inv
               FROM unnest(v_claims) AS c
               WHERE c.outcome IN ('fresh', 'new')) c
-        CROSS JOIN LATERAL unnest(event_private.elements(c.body, c.text)) WITH ORDINALITY AS x(m, n)
+        CROSS JOIN LATERAL unnest(event_private.elements(c.body, c.text, c.inv)) WITH ORDINALITY AS x(m, n)
     ) u;
 
     IF v_events IS NOT NULL THEN
