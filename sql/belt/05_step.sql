@@ -76,7 +76,7 @@ AS $$
 DECLARE
     v_belt      belt.belts;
     v_max       integer := coalesce(p_max_events, settings_private.setting('belt.batch_size', '500')::integer);
-    v_max_lanes integer := greatest(settings_private.setting('belt.lanes_per_step', '8')::integer, 1);
+    v_max_lanes integer := greatest(settings_private.setting('belt.lanes_per_step', '32')::integer, 1);
     v_lanes     smallint[];
     v_items     belt_private.item[];
     v_out       belt_private.outcome[];
