@@ -8,10 +8,11 @@
 --   digits anyway). The deliveries' copies of them take the same collation, so that the joins of
 --   deliveries with their events compare one collation.
 -- * event.events has no primary key: event.event_ids' primary key makes each event id unique
---   already, and the key (correlation_id, at, event_id) cost a uniqueness check per event. The
---   reads by correlation id and time range use events_correlation_at_idx (correlation_id, at),
---   ties of one time ordered by a sort of those few rows; a read of one event finds its time in
---   event.event_ids first, as before.
+--   already, and the key (correlation_id, at, event_id) cost a uniqueness check per event. A plain
+--   index on the same columns, events_correlation_at_idx, serves what the key served: the reads by
+--   correlation id and time range in order, one event found by its time (from event.event_ids),
+--   a belt's deliveries joined to their events (events sent without a time share the time of
+--   their ingest: the event id tells them apart in the index).
 -- * event.deliveries has no foreign key to event.consumers: the key's check ran a query per
 --   delivery. Ingest locks the consumers it delivers to once per call (FOR KEY SHARE), and
 --   dropping a consumer deletes its deliveries itself (sql/event/01_consumer.sql).
@@ -30,7 +31,7 @@ ALTER TABLE event.events
     ALTER COLUMN event_id TYPE text COLLATE "C",
     ALTER COLUMN event_type TYPE text COLLATE "C",
     ALTER COLUMN correlation_id TYPE text COLLATE "C";
-CREATE INDEX events_correlation_at_idx ON event.events (correlation_id, at);
+CREATE INDEX events_correlation_at_idx ON event.events (correlation_id, at, event_id);
 
 -- +goose Down
 DROP INDEX event.events_correlation_at_idx;

@@ -90,9 +90,9 @@ COMMENT ON FUNCTION event_private.deliver(text[], text[], text[], timestamptz[])
 -- record per id), in a subtransaction; an id that is there already raises unique_violation, and
 -- the call is made again the careful way: the first valid event of each id (in the order of the
 -- call) is the one that may be stored, ids go in with ON CONFLICT DO NOTHING, and what they
--- return says which events are stored. Ids are inserted in id order either way, so two calls
--- that share ids wait for each other and never deadlock; of two concurrent ingests of one id, one
--- stores it and the other waits for it and answers duplicate.
+-- return says which events are stored. Ids are inserted in the index's (bytewise) order either
+-- way, so two calls that share ids wait for each other and never deadlock; of two concurrent
+-- ingests of one id, one stores it and the other waits for it and answers duplicate.
 --
 -- The settings: the planner cannot count the rows of the CTEs and would join them in nested loops
 -- (a thousand events: a million comparisons): hash joins it is. Without JIT: the cost of the
@@ -118,7 +118,7 @@ BEGIN
             SELECT * FROM event_private.parse(p_events, p_bad)
         ), ids AS (
             INSERT INTO event.event_ids (event_id, at, correlation_id)
-            SELECT s.eid, s.at, s.cid FROM src s WHERE s.problem IS NULL ORDER BY s.eid
+            SELECT s.eid, s.at, s.cid FROM src s WHERE s.problem IS NULL ORDER BY s.eid COLLATE "C"
             RETURNING 1
         ), ev AS (
             -- After every id is in (the count runs ids to its end first): the events' partition
@@ -138,11 +138,11 @@ BEGIN
         FROM src s;
     EXCEPTION WHEN unique_violation THEN
         WITH src AS MATERIALIZED (
-            SELECT p.*, p.problem IS NULL AND p.eid IS DISTINCT FROM lag(p.eid) OVER (PARTITION BY p.problem IS NULL ORDER BY p.eid, p.ord) AS first
+            SELECT p.*, p.problem IS NULL AND p.eid IS DISTINCT FROM lag(p.eid) OVER (PARTITION BY p.problem IS NULL ORDER BY p.eid COLLATE "C", p.ord) AS first
             FROM event_private.parse(p_events, p_bad) p
         ), ids AS (
             INSERT INTO event.event_ids (event_id, at, correlation_id)
-            SELECT s.eid, s.at, s.cid FROM src s WHERE s.first ORDER BY s.eid
+            SELECT s.eid, s.at, s.cid FROM src s WHERE s.first ORDER BY s.eid COLLATE "C"
             ON CONFLICT (event_id) DO NOTHING
             RETURNING event_id
         ), stored AS MATERIALIZED (
@@ -206,23 +206,29 @@ COMMENT ON FUNCTION event_private.ingest(jsonb, jsonb) IS
 -- own: a large body costs no large jsonb document of its events, whose parse and copies cost
 -- twice what its lines do. Blank lines are skipped, told by a test of the first character
 -- (btrim of every line would cost a pass over it); the lines named unreadable are not read.
+-- PL/pgSQL, so that its plan is kept: a SQL function of subqueries is planned at every call.
 CREATE FUNCTION event_private.elements(p_body jsonb, p_text text DEFAULT NULL, p_bad jsonb DEFAULT NULL)
 RETURNS jsonb[]
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT CASE
-        WHEN (p_text IS NOT NULL OR jsonb_typeof(p_body) = 'string') AND p_bad IS NULL
-            THEN ARRAY(SELECT l::jsonb FROM string_to_table(coalesce(p_text, p_body #>> '{}'), E'\n') AS l
-                       WHERE l <> '' AND (position(left(l, 1) IN E' \t\r') = 0 OR btrim(l, E' \t\r') <> ''))
-        WHEN p_text IS NOT NULL OR jsonb_typeof(p_body) = 'string'
-            THEN ARRAY(SELECT CASE WHEN p_bad ? x.n::text THEN 'null' ELSE x.l::jsonb END
-                       FROM (SELECT l, row_number() OVER () AS n
-                             FROM string_to_table(coalesce(p_text, p_body #>> '{}'), E'\n') AS l
-                             WHERE l <> '' AND (position(left(l, 1) IN E' \t\r') = 0 OR btrim(l, E' \t\r') <> '')) x
-                       ORDER BY x.n)
-        WHEN jsonb_typeof(p_body) = 'object' THEN ARRAY[p_body]
-        WHEN jsonb_typeof(p_body) = 'array' THEN ARRAY(SELECT e FROM jsonb_array_elements(p_body) AS e)
-    END;
+BEGIN
+    IF p_text IS NULL AND jsonb_typeof(p_body) = 'object' THEN
+        RETURN ARRAY[p_body];
+    ELSIF p_text IS NULL AND jsonb_typeof(p_body) = 'array' THEN
+        RETURN ARRAY(SELECT e FROM jsonb_array_elements(p_body) AS e);
+    ELSIF p_text IS NULL AND jsonb_typeof(p_body) IS DISTINCT FROM 'string' THEN
+        RETURN NULL;
+    END IF;
+    IF p_bad IS NULL THEN
+        RETURN ARRAY(SELECT l::jsonb FROM string_to_table(coalesce(p_text, p_body #>> '{}'), E'\n') AS l
+                     WHERE l <> '' AND (position(left(l, 1) IN E' \t\r') = 0 OR btrim(l, E' \t\r') <> ''));
+    END IF;
+    RETURN ARRAY(SELECT CASE WHEN p_bad ? x.n::text THEN 'null' ELSE x.l::jsonb END
+                 FROM (SELECT l, row_number() OVER () AS n
+                       FROM string_to_table(coalesce(p_text, p_body #>> '{}'), E'\n') AS l
+                       WHERE l <> '' AND (position(left(l, 1) IN E' \t\r') = 0 OR btrim(l, E' \t\r') <> '')) x
+                 ORDER BY x.n);
+END
 $$;
 COMMENT ON FUNCTION event_private.elements(jsonb, text, jsonb) IS
     'The events of a body, in order: p_text (default NULL) when given, else p_body. NDJSON (p_text, or p_body a JSON string): one JSON value per line, blank lines skipped, those whose position (from 1, among the lines not blank) is a key of p_bad (default NULL) null without being read; p_body an object: one event; an array: its elements. NULL for any other p_body. Raises invalid_text_representation 22P02 for another NDJSON line that is no JSON.';
