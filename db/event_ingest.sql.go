@@ -60,8 +60,13 @@ func (q *Queries) EventIngest(ctx context.Context, events json.RawMessage) ([]Ev
 const eventIngestRequests = `-- name: EventIngestRequests :many
 SELECT r.request::integer AS request, r.ord, r.status::text AS status, r.event_id, r.first_stored,
        r.sqlstate, r.reason, r.replayed::boolean AS replayed
-FROM api.event_ingest_requests($1::jsonb) r
+FROM api.event_ingest_requests($1::jsonb, $2::text[]) r
 `
+
+type EventIngestRequestsParams struct {
+	Requests json.RawMessage `json:"requests"`
+	Texts    []string        `json:"texts"`
+}
 
 type EventIngestRequestsRow struct {
 	Request     int32      `json:"request"`
@@ -74,10 +79,11 @@ type EventIngestRequestsRow struct {
 	Replayed    bool       `json:"replayed"`
 }
 
-// requests: a JSON array of {"events", "token_id", "idempotency_key", "invalid"}, one per HTTP
-// request joined into this call.
-func (q *Queries) EventIngestRequests(ctx context.Context, requests json.RawMessage) ([]EventIngestRequestsRow, error) {
-	rows, err := q.db.Query(ctx, eventIngestRequests, requests)
+// requests: a JSON array of {"events" (or "text": true), "token_id", "idempotency_key", "invalid"},
+// one per HTTP request joined into this call; texts: the NDJSON bodies of those with "text", one
+// element per request.
+func (q *Queries) EventIngestRequests(ctx context.Context, arg EventIngestRequestsParams) ([]EventIngestRequestsRow, error) {
+	rows, err := q.db.Query(ctx, eventIngestRequests, arg.Requests, arg.Texts)
 	if err != nil {
 		return nil, err
 	}

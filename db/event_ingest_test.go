@@ -308,7 +308,7 @@ func TestEventIngestRequests(t *testing.T) {
 	ctx := context.Background()
 	call := func(body string) []db.EventIngestRequestsRow {
 		t.Helper()
-		rows, err := q.EventIngestRequests(ctx, json.RawMessage(body))
+		rows, err := q.EventIngestRequests(ctx, db.EventIngestRequestsParams{Requests: json.RawMessage(body)})
 		require.NoError(t, err)
 		return rows
 	}
@@ -354,4 +354,30 @@ func TestEventIngestRequests(t *testing.T) {
 	var n int
 	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM event.events WHERE event_id = 'r4'`).Scan(&n))
 	require.Zero(t, n)
+
+	// NDJSON as text beside the requests ("text": true): read line by line, blank lines skipped,
+	// the lines named invalid not read; a key's repeat is told by the text.
+	texts := func(body string, ts ...string) []db.EventIngestRequestsRow {
+		t.Helper()
+		rows, err := q.EventIngestRequests(ctx, db.EventIngestRequestsParams{Requests: json.RawMessage(body), Texts: ts})
+		require.NoError(t, err)
+		return rows
+	}
+	nd := evMsg("t1", "t", "c", "", "1") + "\n\n{not json\n" + evMsg("t2", "t", "c", "", "2")
+	rows = texts(`[{"text": true, "token_id": 1, "idempotency_key": "k3", "invalid": {"2": "line 2 is not JSON"}},
+		{"events": `+evMsg("t3", "t", "c", "", "3")+`, "token_id": 1}]`, nd, "")
+	require.Equal(t, []res{
+		{1, 1, "stored", "<nil>", false},
+		{1, 2, "refused", "SEEVT", false},
+		{1, 3, "stored", "<nil>", false},
+		{2, 1, "stored", "<nil>", false},
+	}, flat(rows))
+	rows = texts(`[{"text": true, "token_id": 1, "idempotency_key": "k3", "invalid": {"2": "line 2 is not JSON"}}]`, nd)
+	require.Equal(t, []res{
+		{1, 1, "stored", "<nil>", true},
+		{1, 2, "refused", "SEEVT", true},
+		{1, 3, "stored", "<nil>", true},
+	}, flat(rows))
+	rows = texts(`[{"text": true, "token_id": 1, "idempotency_key": "k3"}]`, evMsg("t4", "t", "c", "", "4"))
+	require.Equal(t, []res{{1, 0, "refused", "SLIDM", false}}, flat(rows))
 }

@@ -6,11 +6,12 @@ SELECT i.ord::integer AS ord, i.status::text AS status, i.event_id, i.first_stor
 FROM api.event_ingest(sqlc.arg(events)::jsonb) i;
 
 -- name: EventIngestRequests :many
--- requests: a JSON array of {"events", "token_id", "idempotency_key", "invalid"}, one per HTTP
--- request joined into this call.
+-- requests: a JSON array of {"events" (or "text": true), "token_id", "idempotency_key", "invalid"},
+-- one per HTTP request joined into this call; texts: the NDJSON bodies of those with "text", one
+-- element per request.
 SELECT r.request::integer AS request, r.ord, r.status::text AS status, r.event_id, r.first_stored,
        r.sqlstate, r.reason, r.replayed::boolean AS replayed
-FROM api.event_ingest_requests(sqlc.arg(requests)::jsonb) r;
+FROM api.event_ingest_requests(sqlc.arg(requests)::jsonb, sqlc.arg(texts)::text[]) r;
 
 -- name: EventTrim :one
 -- retention: NULL for silo.settings event.retention.

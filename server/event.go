@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/silo-db/silo/db"
 )
 
@@ -58,20 +60,37 @@ func (s *server) eventIngest(w http.ResponseWriter, r *http.Request, join *joine
 		}
 		return
 	}
-	events, invalid, _, err := eventBody(r.Header.Get("Content-Type"), body)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid-request-structure", err.Error(), nil)
+	ingest := func(check bool) ([]db.EventIngestRequestsRow, error) {
+		events, text, invalid, _, err := eventBody(r.Header.Get("Content-Type"), body, check)
+		if err != nil {
+			return nil, errBadEventBody{err}
+		}
+		if invalid != nil {
+			// The request object's "invalid" member rides after the events (writeRequest writes
+			// the body as the value of its field, or "text": true for NDJSON): {"events":
+			// [...],"invalid": {...}, ...}.
+			events = append(append(events, `,"invalid":`...), invalid...)
+		}
+		req := writeRequest{body: events, text: text, field: "events", tokenID: id.TokenID, key: idempotencyKey(r.Header)}
+		rows, err := join.do(r.Context(), struct{}{}, "", req)
+		if err == nil && len(rows) == 1 && rows[0].Status == "refused" && rows[0].Ord == nil {
+			err = refusal(rows[0].SQLState, rows[0].Reason)
+		}
+		if err != nil && text != nil && !check && jsonUnreadable(err) {
+			return nil, errUncheckedLines
+		}
+		return rows, err
+	}
+	rows, err := ingest(false)
+	if errors.Is(err, errUncheckedLines) {
+		// A line PostgreSQL could not read failed the call (nothing was stored): again, with every
+		// line checked, so that such lines are refused alone.
+		rows, err = ingest(true)
+	}
+	var bad errBadEventBody
+	if errors.As(err, &bad) {
+		writeError(w, http.StatusBadRequest, "invalid-request-structure", bad.err.Error(), nil)
 		return
-	}
-	if invalid != nil {
-		// The request object's "invalid" member rides after the events (writeRequest writes the
-		// body as the value of its field): {"events": [...],"invalid": {...}, ...}.
-		events = append(append(events, `,"invalid":`...), invalid...)
-	}
-	req := writeRequest{body: events, field: "events", tokenID: id.TokenID, key: idempotencyKey(r.Header)}
-	rows, err := join.do(r.Context(), struct{}{}, "", req)
-	if err == nil && len(rows) == 1 && rows[0].Status == "refused" && rows[0].Ord == nil {
-		err = refusal(rows[0].SQLState, rows[0].Reason)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -94,6 +113,21 @@ func (s *server) eventIngest(w http.ResponseWriter, r *http.Request, join *joine
 		}
 	}
 	writeEventJSON(w, perItemStatus(refused, len(rows)), out)
+}
+
+// errBadEventBody is a POST /events body that is neither JSON nor NDJSON.
+type errBadEventBody struct{ err error }
+
+func (e errBadEventBody) Error() string { return e.err.Error() }
+
+// errUncheckedLines: PostgreSQL could not read an NDJSON line sent unchecked.
+var errUncheckedLines = errors.New("an NDJSON line is no JSON")
+
+// jsonUnreadable tells whether err is PostgreSQL refusing input as JSON: invalid syntax (22P02),
+// or an escape jsonb cannot hold (22P05).
+func jsonUnreadable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "22P02" || pgErr.Code == "22P05")
 }
 
 // eventDoc is one event in the answers of the reads (Granary's shape, plus correlationId,
@@ -257,7 +291,7 @@ func (s *server) eventRoutes(route func(pattern string, h http.HandlerFunc)) {
 
 // newIngestJoin is POST /events' joiner: concurrent small requests in one call (group commit).
 func (s *server) newIngestJoin() *joiner[struct{}, db.EventIngestRequestsRow] {
-	return newJoiner(func(ctx context.Context, _ struct{}, requests []byte) ([]db.EventIngestRequestsRow, error) {
-		return s.q.EventIngestRequests(ctx, requests)
+	return newTextJoiner(func(ctx context.Context, _ struct{}, requests []byte, texts []string) ([]db.EventIngestRequestsRow, error) {
+		return s.q.EventIngestRequests(ctx, db.EventIngestRequestsParams{Requests: requests, Texts: texts})
 	}, func(r db.EventIngestRequestsRow) int32 { return r.Request })
 }

@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -92,6 +94,13 @@ func TestEventIngestHTTP(t *testing.T) {
 	require.Equal(t, http.StatusMultiStatus, code, raw)
 	require.Equal(t, []string{"stored", "refused/invalid-event", "stored"}, resultStatuses(res))
 	require.Contains(t, res[1]["error"].(map[string]any)["message"], "line 2 is not valid JSON")
+
+	// Lines PostgreSQL cannot take as text or JSON (not UTF-8, a NUL byte, the escape \u0000) are
+	// refused alone too.
+	nd = "{\"a\": \"\xff\"}\n" + evJSON("n1", "click", "c2", t0+6, "7") + "\n{\"a\": 1,\x00}\n{\"a\": \"\\u0000\"}\n"
+	code, res, raw = b.postEvents(t, b.writer, "application/x-ndjson", nd)
+	require.Equal(t, http.StatusMultiStatus, code, raw)
+	require.Equal(t, []string{"refused/invalid-event", "stored", "refused/invalid-event", "refused/invalid-event"}, resultStatuses(res))
 
 	// NDJSON detected without its Content-Type.
 	code, res, raw = b.postEvents(t, b.writer, "application/json", evJSON("h5", "click", "c2", t0+4, "5")+"\n"+evJSON("h6", "click", "c2", t0+5, "6"))
@@ -224,8 +233,8 @@ func TestEventReadsHTTP(t *testing.T) {
 }
 
 // FuzzEventBody feeds arbitrary bodies to POST /events' reader. A body it takes is valid JSON for
-// PostgreSQL: one object or array as sent, or an array with one element per non-blank NDJSON
-// line, whose unreadable lines are null placeholders listed with their reasons.
+// PostgreSQL: one object or array as sent, or text of one JSON line per non-blank NDJSON line,
+// whose unreadable lines are null placeholders listed with their reasons.
 //
 //	go test ./server/ -run '^$' -fuzz FuzzEventBody -fuzztime 60s
 func FuzzEventBody(f *testing.F) {
@@ -241,29 +250,47 @@ func FuzzEventBody(f *testing.F) {
 		f.Add("application/x-ndjson", []byte(s))
 	}
 	f.Fuzz(func(t *testing.T, ct string, body []byte) {
-		events, invalid, n, err := server.EventBody(ct, body)
+		events, text, invalid, n, err := server.EventBody(ct, body, true)
+		if text != nil {
+			// Unchecked, the same text, and no more lines named unreadable.
+			_, unchecked, uninvalid, un, _ := server.EventBody(ct, body, false)
+			require.Equal(t, text, unchecked)
+			require.Equal(t, n, un)
+			require.LessOrEqual(t, len(uninvalid), len(invalid))
+		}
 		if err != nil {
 			require.Nil(t, events)
+			require.Nil(t, text)
 			return
 		}
-		require.True(t, json.Valid(events), "%q", events)
-		var elems []json.RawMessage
 		if n < 0 {
+			require.True(t, json.Valid(events), "%q", events)
+			require.Nil(t, text)
 			require.Nil(t, invalid)
 			return
 		}
-		require.NoError(t, json.Unmarshal(events, &elems))
-		require.Len(t, elems, n)
-		if invalid == nil {
-			return
+		require.Nil(t, events)
+		var elems []string
+		if n > 0 {
+			elems = strings.Split(string(text), "\n")
 		}
+		require.Len(t, elems, n)
 		var bad map[string]string
-		require.NoError(t, json.Unmarshal(invalid, &bad))
+		if invalid != nil {
+			require.NoError(t, json.Unmarshal(invalid, &bad))
+		}
+		for i, l := range elems {
+			require.True(t, utf8.ValidString(l), "%q", l)
+			require.NotContains(t, l, "\x00")
+			if _, named := bad[strconv.Itoa(i+1)]; !named {
+				require.True(t, json.Valid([]byte(l)), "%q", l)
+			}
+		}
 		for k := range bad {
 			var i int
 			_, err := fmt.Sscan(k, &i)
 			require.NoError(t, err)
-			require.Equal(t, "null", string(elems[i-1]))
+			require.LessOrEqual(t, i, n)
 		}
 	})
 }

@@ -34,8 +34,12 @@ const (
 
 // writeRequest is one HTTP write request as a write route's SQL function takes it.
 type writeRequest struct {
-	body    []byte // the request's body: a JSON object or array, checked by readBody
-	field   string // the body's name in the request object (updates)
+	body  []byte // the request's body: a JSON object or array, checked by readBody
+	field string // the body's name in the request object (updates)
+	// text, when set, is a body that goes apart from the JSON, unparsed (NDJSON): the request
+	// object says "text": true in place of the body, and the call's texts hold it, one element per
+	// request (empty for the others). Only a joiner made by newTextJoiner takes such requests.
+	text    []byte
 	tokenID *int64 // the caller's token: scopes its idempotency keys
 	scope   string // the keys' scope when the caller is no token (account:<access id>); "" for none
 	key     *string
@@ -43,9 +47,13 @@ type writeRequest struct {
 
 // appendJSON appends the request object to b.
 func (r writeRequest) appendJSON(b []byte) []byte {
-	b = append(b, `{"`...)
-	b = append(b, r.field...)
-	b = append(b, `":`...)
+	if r.text != nil {
+		b = append(b, `{"text":true`...)
+	} else {
+		b = append(b, `{"`...)
+		b = append(b, r.field...)
+		b = append(b, `":`...)
+	}
 	b = append(b, r.body...)
 	if r.tokenID != nil {
 		b = append(b, `,"token_id":`...)
@@ -64,9 +72,9 @@ func (r writeRequest) appendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-// alone is the request as a call's only request: a JSON array of one.
-func (r writeRequest) alone() []byte {
-	return append(r.appendJSON([]byte{'['}), ']')
+// alone is the request as a call's only request: a JSON array of one, and its text.
+func (r writeRequest) alone() ([]byte, []string) {
+	return append(r.appendJSON([]byte{'['}), ']'), []string{string(r.text)}
 }
 
 // idempotencyKey is the request's Idempotency-Key header (nil: none). An empty header is passed on
@@ -96,7 +104,7 @@ func refusal(sqlstate, reason *string) error {
 // group), R a result row; call makes one call of the route's SQL function with a JSON array of
 // requests, and requestOf tells which request (from 1) a row belongs to.
 type joiner[G any, R any] struct {
-	call      func(ctx context.Context, group G, requests []byte) ([]R, error)
+	call      func(ctx context.Context, group G, requests []byte, texts []string) ([]R, error)
 	requestOf func(R) int32
 	queue     chan *joinItem[G, R]
 }
@@ -114,6 +122,14 @@ type joinReply[R any] struct {
 }
 
 func newJoiner[G any, R any](call func(context.Context, G, []byte) ([]R, error), requestOf func(R) int32) *joiner[G, R] {
+	return newTextJoiner(func(ctx context.Context, g G, requests []byte, _ []string) ([]R, error) {
+		return call(ctx, g, requests)
+	}, requestOf)
+}
+
+// newTextJoiner is newJoiner for a route whose SQL function also takes the texts of its requests
+// (writeRequest.text), one element per request.
+func newTextJoiner[G any, R any](call func(context.Context, G, []byte, []string) ([]R, error), requestOf func(R) int32) *joiner[G, R] {
 	j := &joiner[G, R]{call: call, requestOf: requestOf, queue: make(chan *joinItem[G, R], 4096)}
 	for range joinCallsAtOnce {
 		go j.run()
@@ -124,8 +140,9 @@ func newJoiner[G any, R any](call func(context.Context, G, []byte) ([]R, error),
 // do writes one request, joined with whatever other requests of the same group are waiting, and
 // returns its rows. A request over joinMaxBytes is a call of its own, in the request's context.
 func (j *joiner[G, R]) do(ctx context.Context, group G, key string, req writeRequest) ([]R, error) {
-	if len(req.body) > joinMaxBytes {
-		return j.callRetrying(ctx, group, req.alone())
+	if len(req.body)+len(req.text) > joinMaxBytes {
+		requests, texts := req.alone()
+		return j.callRetrying(ctx, group, requests, texts)
 	}
 	it := &joinItem[G, R]{req: req, group: group, key: key, reply: make(chan joinReply[R], 1)}
 	select {
@@ -146,13 +163,13 @@ func (j *joiner[G, R]) do(ctx context.Context, group G, key string, req writeReq
 func (j *joiner[G, R]) run() {
 	for first := range j.queue {
 		items := []*joinItem[G, R]{first}
-		size := len(first.req.body)
+		size := len(first.req.body) + len(first.req.text)
 	collect:
 		for len(items) < joinCallMax && size < joinCallBytes {
 			select {
 			case it := <-j.queue:
 				items = append(items, it)
-				size += len(it.req.body)
+				size += len(it.req.body) + len(it.req.text)
 			default:
 				break collect
 			}
@@ -179,19 +196,22 @@ func (j *joiner[G, R]) run() {
 func (j *joiner[G, R]) callGroup(items []*joinItem[G, R]) {
 	buf := make([]byte, 0, 256*len(items))
 	buf = append(buf, '[')
+	texts := make([]string, len(items))
 	for i, it := range items {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
 		buf = it.req.appendJSON(buf)
+		texts[i] = string(it.req.text)
 	}
 	buf = append(buf, ']')
 	// Not the context of one request: the call serves them all.
-	rows, err := j.callRetrying(context.Background(), items[0].group, buf)
+	rows, err := j.callRetrying(context.Background(), items[0].group, buf, texts)
 	if err != nil {
 		if _, down := DatabaseUnavailable(err); len(items) > 1 && !down {
 			for _, it := range items {
-				rows, err := j.callRetrying(context.Background(), it.group, it.req.alone())
+				requests, texts := it.req.alone()
+				rows, err := j.callRetrying(context.Background(), it.group, requests, texts)
 				it.reply <- joinReply[R]{rows: rows, err: err}
 			}
 			return
@@ -219,12 +239,12 @@ func (j *joiner[G, R]) callGroup(items []*joinItem[G, R]) {
 	}
 }
 
-// callRetrying makes one call for the requests (a JSON array), retrying when PostgreSQL aborted the transaction for a deadlock or a serialization failure: two
+// callRetrying makes one call for the requests (a JSON array) and their texts, retrying when PostgreSQL aborted the transaction for a deadlock or a serialization failure: two
 // concurrent calls that touch the same rows in different orders can deadlock, and the rolled-back
 // call (its idempotency keys included) is safe to repeat.
-func (j *joiner[G, R]) callRetrying(ctx context.Context, group G, requests []byte) ([]R, error) {
+func (j *joiner[G, R]) callRetrying(ctx context.Context, group G, requests []byte, texts []string) ([]R, error) {
 	for attempt := 0; ; attempt++ {
-		rows, err := j.call(ctx, group, requests)
+		rows, err := j.call(ctx, group, requests, texts)
 		var pgErr *pgconn.PgError
 		if err == nil || attempt == 5 || !errors.As(err, &pgErr) || (pgErr.Code != "40P01" && pgErr.Code != "40001") {
 			return rows, err

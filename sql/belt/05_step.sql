@@ -76,7 +76,7 @@ AS $$
 DECLARE
     v_belt      belt.belts;
     v_max       integer := coalesce(p_max_events, settings_private.setting('belt.batch_size', '500')::integer);
-    v_max_lanes integer := greatest(settings_private.setting('belt.lanes_per_step', '8')::integer, 1);
+    v_max_lanes integer := greatest(settings_private.setting('belt.lanes_per_step', '32')::integer, 1);
     v_lanes     smallint[];
     v_items     belt_private.item[];
     v_out       belt_private.outcome[];
@@ -224,35 +224,37 @@ BEGIN
     DELETE FROM event.deliveries d
     WHERE d.id = ANY (ARRAY(SELECT o.delivery_id FROM unnest(v_out) o WHERE o.status IN ('ok', 'error', 'missing', 'exhausted')));
 
-    -- The lanes' state and counters.
-    UPDATE event.consumer_lanes cl
-    SET not_before = CASE WHEN c.waits THEN clock_timestamp() + belt_private.backoff(v_belt, c.attempts) ELSE '-infinity' END,
-        attempts = CASE WHEN c.waits THEN c.attempts ELSE 0 END,
-        last_error = CASE WHEN c.waits THEN c.error END,
-        last_sqlstate = CASE WHEN c.waits THEN c.sqlstate END,
-        processed = cl.processed + c.processed,
-        failed = cl.failed + c.failed,
-        retried = cl.retried + CASE WHEN c.waits THEN 1 ELSE 0 END,
-        dead_lettered = cl.dead_lettered + c.dead,
-        long_running = cl.long_running + c.long_count
-    FROM (SELECT l.lane, l.attempts, l.error, l.sqlstate, l.n_block IS NOT NULL AND NOT l.exhausted AS waits,
-                 k.processed, k.failed, k.dead, k.long_count
-          FROM unnest(v_lres) l
-          JOIN (SELECT o.lane,
-                       count(*) FILTER (WHERE o.status = 'ok') AS processed,
-                       count(*) FILTER (WHERE o.status IN ('error', 'exhausted', 'blocked')) AS failed,
-                       count(*) FILTER (WHERE o.status IN ('error', 'exhausted')) AS dead,
-                       count(*) FILTER (WHERE o.long_running) AS long_count
-                FROM unnest(v_out) o
-                GROUP BY o.lane) k ON k.lane = l.lane) c
-    WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = c.lane;
-
-    SELECT count(*) FILTER (WHERE o.status = 'ok'),
-           count(*) FILTER (WHERE o.status IN ('error', 'exhausted', 'blocked')),
-           count(*) FILTER (WHERE o.status = 'blocked'),
-           count(*) FILTER (WHERE o.long_running)
+    -- The lanes' state and counters; the step's counts are their sums (a lane waits for its one
+    -- blocked item), so the outcomes are read once here.
+    WITH c AS (
+        SELECT l.lane, l.attempts, l.error, l.sqlstate, l.n_block IS NOT NULL AND NOT l.exhausted AS waits,
+               k.processed, k.failed, k.dead, k.long_count
+        FROM unnest(v_lres) l
+        JOIN (SELECT o.lane,
+                     count(*) FILTER (WHERE o.status = 'ok') AS processed,
+                     count(*) FILTER (WHERE o.status IN ('error', 'exhausted', 'blocked')) AS failed,
+                     count(*) FILTER (WHERE o.status IN ('error', 'exhausted')) AS dead,
+                     count(*) FILTER (WHERE o.long_running) AS long_count
+              FROM unnest(v_out) o
+              GROUP BY o.lane) k ON k.lane = l.lane
+    ), u AS (
+        UPDATE event.consumer_lanes cl
+        SET not_before = CASE WHEN c.waits THEN clock_timestamp() + belt_private.backoff(v_belt, c.attempts) ELSE '-infinity' END,
+            attempts = CASE WHEN c.waits THEN c.attempts ELSE 0 END,
+            last_error = CASE WHEN c.waits THEN c.error END,
+            last_sqlstate = CASE WHEN c.waits THEN c.sqlstate END,
+            processed = cl.processed + c.processed,
+            failed = cl.failed + c.failed,
+            retried = cl.retried + CASE WHEN c.waits THEN 1 ELSE 0 END,
+            dead_lettered = cl.dead_lettered + c.dead,
+            long_running = cl.long_running + c.long_count
+        FROM c
+        WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = c.lane
+    )
+    SELECT coalesce(sum(c.processed), 0), coalesce(sum(c.failed), 0), count(*) FILTER (WHERE c.waits),
+           coalesce(sum(c.long_count), 0)
     INTO processed, failed, retried, long_running
-    FROM unnest(v_out) o;
+    FROM c;
     more := taken >= v_max
             OR EXISTS (SELECT FROM event.deliveries d WHERE d.consumer_id = v_belt.consumer_id AND d.lane = ANY (v_lanes));
 END

@@ -70,11 +70,15 @@ $$;
 COMMENT ON FUNCTION event_private.consumer_set_types(bigint, text[]) IS
     'Changes the event types consumer p_consumer_id receives, for events stored from then on: deliveries already made stay. Raises SLINV for an invalid list of types.';
 
+-- The consumer's row first: that waits for the ingests delivering to it (they lock it FOR KEY
+-- SHARE), and later ingests no longer see it; then, in a new snapshot, its deliveries, theirs
+-- included.
 CREATE FUNCTION event_private.consumer_drop(p_consumer_id bigint)
 RETURNS void
 LANGUAGE sql VOLATILE
 AS $$
     DELETE FROM event.consumers WHERE id = p_consumer_id;
+    DELETE FROM event.deliveries WHERE consumer_id = p_consumer_id;
 $$;
 COMMENT ON FUNCTION event_private.consumer_drop(bigint) IS
     'Deletes consumer p_consumer_id with its lanes and its pending deliveries (the events stay in the store). Raises foreign_key_violation 23503 while a belt still names it.';

@@ -2,24 +2,20 @@
 -- ...}) are checked, deduplicated by grnry-event-id, stored, and delivered to the consumers of
 -- their types, all in the caller's transaction. psql calls api.event_ingest with one event or an
 -- array; HTTP's POST /events calls api.event_ingest_requests with the requests it joined (each its
--- own caller and idempotency key, sql/idempotency/).
+-- own caller and idempotency key, sql/idempotency/), an NDJSON body as one JSON string.
 --
 -- Why it is shaped so:
 -- * Set-based: a call carries up to thousands of events, and a statement per event would cost
---   more than the events. One statement parses and checks them all, inserts their ids (the
---   deduplication), their rows and their deliveries; a second one looks up when the duplicates
---   were first stored, only when there are duplicates.
+--   more than the events. One statement parses and checks them all (sql/event/02_parse.sql) and
+--   inserts their ids (the deduplication) and their rows; one more delivers them when the store
+--   has consumers.
+-- * NDJSON is read line by line (event_private.elements): a large body never becomes one jsonb
+--   document, whose parse costs twice that of its lines.
 -- * Bad events cost the others nothing: a rule broken is a refused row (SQLSTATE and reason), not
 --   an error.
--- * Deduplication by event.event_ids' primary key, ON CONFLICT DO NOTHING: of two concurrent
---   ingests of one id, one stores it and the other waits for it and answers duplicate. Ids are
---   inserted in id order, so two calls that share ids wait for each other and never deadlock.
---   Within a call, the first valid event with an id is stored, the later ones answer duplicate.
--- * Fan-out in the same statement: a delivery per consumer whose types hold the event's type, in
---   the lane of the correlation id the profile store's links lead to (the lane of the id its
---   updates are applied to, so old and new ids keep one order). The usual event is not linked:
---   one index probe tells (none when the store holds no link at all), and link_chain runs only for
---   ids that have a link. No consumer at all: the step does not run.
+-- * Deduplication by event.event_ids' primary key (event_private.ingest_all says how the usual
+--   call, with no id seen before, avoids the cost of ON CONFLICT). Within a call, the first valid
+--   event with an id is stored, the later ones answer duplicate.
 
 CREATE TYPE event_private.ingested AS (
     ord          integer,
@@ -32,151 +28,34 @@ CREATE TYPE event_private.ingested AS (
 COMMENT ON TYPE event_private.ingested IS
     'The answer for one event of an ingest: ord (its position, from 1), status (stored, duplicate or refused), event_id (its grnry-event-id when it has a valid one), first_stored (when an event with its id was first stored: now for stored), sqlstate and reason (why it was refused).';
 
--- The reason a key-like header is invalid: the profile store's rules for ids (a non-empty
--- string) with a length limit, in characters or bytes.
-CREATE FUNCTION event_private.header_problem(p_name text, p_value jsonb, p_max integer, p_bytes boolean)
-RETURNS text
-LANGUAGE sql STABLE
-AS $$
-    SELECT CASE
-        WHEN p_value IS NULL OR p_value = 'null' THEN p_name || ' is required'
-        WHEN jsonb_typeof(p_value) <> 'string' THEN p_name || ' must be a string, got ' || jsonb_typeof(p_value)
-        WHEN p_value = '""' THEN p_name || ' must not be empty'
-        WHEN p_bytes AND octet_length(p_value #>> '{}') > p_max
-            THEN format('%s must be at most %s bytes, got %s', p_name, p_max, octet_length(p_value #>> '{}'))
-        WHEN NOT p_bytes AND length(p_value #>> '{}') > p_max
-            THEN format('%s must be at most %s characters, got %s', p_name, p_max, length(p_value #>> '{}'))
-    END;
-$$;
-COMMENT ON FUNCTION event_private.header_problem(text, jsonb, integer, boolean) IS
-    'Why p_value (the JSON value of header p_name, NULL when absent) is not a valid key-like header: absent or null, not a string, empty, or longer than p_max characters (p_bytes false) or bytes (p_bytes true); NULL when it is valid. Raises nothing.';
-
--- Epoch milliseconds as a JSON number or a string of digits, or an ISO 8601 date or date-time
--- (profile_private.in_parse, as _in of a profile update), from 1970 to 9999.
-CREATE FUNCTION event_private.timestamp_of(p_value jsonb)
-RETURNS timestamptz
-LANGUAGE sql IMMUTABLE
-AS $$
-    SELECT CASE
-        WHEN ms.v IS NOT NULL AND ms.v BETWEEN 0 AND 253402300799999
-            THEN timestamptz 'epoch' + ms.v * interval '1 millisecond'
-    END
-    FROM (SELECT CASE WHEN jsonb_typeof(p_value) IN ('number', 'string') AND (p_value #>> '{}') ~ '^\d{1,15}$'
-                      THEN (p_value #>> '{}')::bigint
-                      WHEN jsonb_typeof(p_value) = 'string' AND length(p_value #>> '{}') <= 64
-                      THEN profile_private.in_parse(p_value #>> '{}')
-                 END AS v) ms;
-$$;
-COMMENT ON FUNCTION event_private.timestamp_of(jsonb) IS
-    'The time header grnry-event-timestamp p_value gives: epoch milliseconds (a JSON number or a string of up to 15 digits), or an ISO 8601 date or date-time as profile_private.in_parse reads it (UTC when it has no offset); NULL when it is none of these or outside 1970-01-01 to 9999-12-31. Raises nothing.';
-
--- p_bad: an object {"<ord>": "<reason>"} of events that could not be read (an NDJSON line that is
--- no JSON): their elements of p_events are placeholders, refused with the reason.
---
--- The settings: OFFSET 0 keeps each level of the parse computed once, not again at every use
--- above it, but the planner cannot count the rows of the CTEs and would join them in nested loops
--- (a thousand events: a million comparisons): hash joins it is. Without JIT: the cost of the
--- nested loops it is told to avoid would make it compile the statement (seconds) at every call.
--- One generic plan per connection: planning the statement costs as much as a hundred events.
-CREATE FUNCTION event_private.ingest(p_events jsonb, p_bad jsonb DEFAULT NULL)
-RETURNS SETOF event_private.ingested
+-- The fan-out of stored events: a delivery per consumer whose types hold the event's type, in the
+-- lane of the correlation id the profile store's links lead to (the lane of the id its updates are
+-- applied to, so old and new ids keep one order). The usual event is not linked: one index probe
+-- tells (none when the store holds no link at all), and link_chain runs only for ids that have a
+-- link. The consumers are locked once (FOR KEY SHARE) rather than by a foreign key per delivery:
+-- event_private.consumer_drop waits for the ingests that deliver to the consumer it drops, and
+-- deletes their deliveries after them.
+CREATE FUNCTION event_private.deliver(p_eids text[], p_cids text[], p_types text[], p_ats timestamptz[])
+RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET enable_nestloop = off
 SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_consumers boolean := EXISTS (SELECT FROM event.consumers);
     -- A store without any profile link (one probe of the partial index profilestore_links_idx)
     -- needs no probe per event.
-    v_links     boolean := v_consumers AND EXISTS (SELECT FROM profile.profilestore p WHERE p.profile_type = 'profile_link');
-    v_res       event_private.ingested[];
-    v_heads     jsonb;
+    v_links boolean := EXISTS (SELECT FROM profile.profilestore p WHERE p.profile_type = 'profile_link');
+    v_heads jsonb;
 BEGIN
-    IF p_events IS NULL OR jsonb_typeof(p_events) NOT IN ('object', 'array') THEN
-        RAISE EXCEPTION 'events must be a JSON object (one event) or an array of events'
-            USING ERRCODE = 'SLINV', DETAIL = format('got %s', coalesce(jsonb_typeof(p_events), 'NULL'));
-    END IF;
-
-    WITH src AS MATERIALIZED (
-        SELECT c.ord, c.eid, c.p_id, c.etype, c.cid, c.harvester, c.version, c.headers, c.payload,
-               coalesce(c.at, now()) AS at,
-               CASE WHEN c.bad IS NOT NULL THEN ARRAY['SEEVT', c.bad]
-                    WHEN NOT c.is_obj THEN ARRAY['SEEVT', 'an event must be a JSON object {"event_headers": {...}, "event_payload": ...}, got ' || jsonb_typeof(c.m)]
-                    WHEN jsonb_typeof(c.headers) IS DISTINCT FROM 'object'
-                        THEN ARRAY['SEEVT', 'event_headers must be a JSON object, got ' || coalesce(jsonb_typeof(c.headers), 'nothing')]
-                    WHEN c.payload IS NULL THEN ARRAY['SEEVT', 'event_payload is required (any JSON value)']
-                    WHEN c.p_id IS NOT NULL THEN ARRAY['SEHDR', c.p_id]
-                    WHEN c.p_type IS NOT NULL THEN ARRAY['SEHDR', c.p_type]
-                    WHEN c.p_cid IS NOT NULL THEN ARRAY['SEHDR', c.p_cid]
-                    WHEN c.harvester IS NULL AND c.j_harvester IS NOT NULL AND c.j_harvester <> 'null'
-                        THEN ARRAY['SEHDR', 'grnry-harvester-name must be a string, got ' || jsonb_typeof(c.j_harvester)]
-                    WHEN c.version IS NULL AND c.j_version IS NOT NULL AND c.j_version <> 'null'
-                        THEN ARRAY['SEHDR', 'grnry-event-type-version must be a string, got ' || jsonb_typeof(c.j_version)]
-                    WHEN c.at IS NULL AND c.j_ts IS NOT NULL AND c.j_ts <> 'null'
-                        THEN ARRAY['SETIM', 'grnry-event-timestamp must be epoch milliseconds (a number or a string of digits) or an ISO 8601 date-time from 1970 to 9999, got ' || left(c.j_ts::text, 100)]
-               END AS problem
-        FROM (
-            SELECT b.*,
-                   -- The usual valid header is told by cheap tests; only a broken one costs a call.
-                   CASE WHEN jsonb_typeof(b.j_id) = 'string' AND length(b.j_id #>> '{}') BETWEEN 1 AND 255 THEN NULL
-                        ELSE event_private.header_problem('grnry-event-id', b.j_id, 255, false) END AS p_id,
-                   CASE WHEN jsonb_typeof(b.j_type) = 'string' AND length(b.j_type #>> '{}') BETWEEN 1 AND 255 THEN NULL
-                        ELSE event_private.header_problem('grnry-event-type', b.j_type, 255, false) END AS p_type,
-                   CASE WHEN jsonb_typeof(b.j_cid) = 'string' AND octet_length(b.j_cid #>> '{}') BETWEEN 1 AND 512 THEN NULL
-                        ELSE event_private.header_problem('grnry-correlation-id', b.j_cid, 512, true) END AS p_cid,
-                   CASE WHEN jsonb_typeof(b.j_id) = 'string' THEN b.j_id #>> '{}' END AS eid,
-                   CASE WHEN jsonb_typeof(b.j_type) = 'string' THEN b.j_type #>> '{}' END AS etype,
-                   CASE WHEN jsonb_typeof(b.j_cid) = 'string' THEN b.j_cid #>> '{}' END AS cid,
-                   CASE WHEN jsonb_typeof(b.j_harvester) = 'string' THEN b.j_harvester #>> '{}' END AS harvester,
-                   CASE WHEN jsonb_typeof(b.j_version) = 'string' THEN b.j_version #>> '{}' END AS version,
-                   CASE WHEN b.j_ts IS NULL OR b.j_ts = 'null' THEN NULL
-                        -- Digits only, told without a regular expression (which costs more than the rest).
-                        WHEN jsonb_typeof(b.j_ts) = 'string' AND length(b.j_ts #>> '{}') BETWEEN 1 AND 15
-                             AND translate(b.j_ts #>> '{}', '0123456789', '') = ''
-                             AND (b.j_ts #>> '{}')::bigint <= 253402300799999
-                            THEN timestamptz 'epoch' + (b.j_ts #>> '{}')::bigint * interval '1 millisecond'
-                        ELSE event_private.timestamp_of(b.j_ts) END AS at
-            FROM (
-                SELECT a.ord, a.m, a.is_obj, a.bad, a.headers, a.payload,
-                       a.headers -> 'grnry-event-id' AS j_id, a.headers -> 'grnry-event-type' AS j_type,
-                       a.headers -> 'grnry-correlation-id' AS j_cid, a.headers -> 'grnry-harvester-name' AS j_harvester,
-                       a.headers -> 'grnry-event-type-version' AS j_version, a.headers -> 'grnry-event-timestamp' AS j_ts
-                FROM (
-                    SELECT e.ord::integer AS ord, e.m, jsonb_typeof(e.m) = 'object' AS is_obj,
-                           CASE WHEN p_bad IS NOT NULL THEN p_bad ->> e.ord::text END AS bad,
-                           CASE WHEN jsonb_typeof(e.m) = 'object' THEN e.m -> 'event_headers' END AS headers,
-                           CASE WHEN jsonb_typeof(e.m) = 'object' THEN e.m -> 'event_payload' END AS payload
-                    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_events) = 'array' THEN p_events
-                                                   ELSE jsonb_build_array(p_events) END) WITH ORDINALITY AS e(m, ord)
-                    OFFSET 0
-                ) a
-                OFFSET 0
-            ) b
-            OFFSET 0
-        ) c
-    ), valid AS MATERIALIZED (
-        -- The first event of each id (in the order of the call) is the one that may be stored.
-        SELECT s.ord, s.eid, s.etype, s.cid, s.at, s.harvester, s.version, s.headers, s.payload,
-               s.eid IS DISTINCT FROM lag(s.eid) OVER (ORDER BY s.eid, s.ord) AS first
-        FROM src s
-        WHERE s.problem IS NULL
-    ), ids AS (
-        INSERT INTO event.event_ids (event_id, at, correlation_id)
-        SELECT v.eid, v.at, v.cid FROM valid v WHERE v.first ORDER BY v.eid
-        ON CONFLICT (event_id) DO NOTHING
-        RETURNING event_id
-    ), stored AS MATERIALIZED (
-        SELECT v.* FROM valid v JOIN ids i ON i.event_id = v.eid WHERE v.first
-    ), ev AS (
-        INSERT INTO event.events (at, event_id, event_type, correlation_id, harvester_name, type_version, headers, payload)
-        SELECT s.at, s.eid, s.etype, s.cid, s.harvester, s.version, s.headers, s.payload
-        FROM stored s
+    WITH c AS MATERIALIZED (
+        SELECT c.id, c.lanes, c.event_types FROM event.consumers c
+        WHERE c.event_types && p_types
+        FOR KEY SHARE
     ), dl AS (
         INSERT INTO event.deliveries (consumer_id, lane, correlation_id, event_cid, event_at, event_id)
         SELECT c.id, event_private.lane_of(t.target, c.lanes), t.target, s.cid, s.at, s.eid
-        FROM stored s
-        JOIN event.consumers c ON s.etype = ANY (c.event_types)
+        FROM unnest(p_eids, p_cids, p_types, p_ats) WITH ORDINALITY AS s(eid, cid, etype, at, n)
+        JOIN c ON s.etype = ANY (c.event_types)
         CROSS JOIN LATERAL (
             SELECT CASE WHEN v_links AND EXISTS (SELECT FROM profile.profilestore p
                                      WHERE p.correlation_id = s.cid AND p.profile_type = 'profile_link'
@@ -184,21 +63,12 @@ BEGIN
                         THEN (SELECT ch[cardinality(ch)] FROM profile_private.link_chain(s.cid) AS ch)
                         ELSE s.cid END AS target
         ) t
-        WHERE v_consumers
-        ORDER BY s.ord, c.id
+        ORDER BY s.n, c.id
         RETURNING consumer_id, lane, id
     )
-    SELECT (SELECT jsonb_agg(jsonb_build_array(h.consumer_id, h.lane, h.first))
-            FROM (SELECT x.consumer_id, x.lane, min(x.id) AS first FROM dl x GROUP BY x.consumer_id, x.lane) h),
-           array_agg(ROW(s.ord,
-                         CASE WHEN s.problem IS NOT NULL THEN 'refused'
-                              WHEN st.ord IS NOT NULL THEN 'stored' ELSE 'duplicate' END,
-                         CASE WHEN s.p_id IS NULL THEN s.eid END,
-                         CASE WHEN st.ord IS NOT NULL THEN now() END,
-                         s.problem[1], s.problem[2])::event_private.ingested ORDER BY s.ord)
-    INTO v_heads, v_res
-    FROM src s
-    LEFT JOIN stored st ON st.ord = s.ord;
+    SELECT jsonb_agg(jsonb_build_array(h.consumer_id, h.lane, h.first))
+    INTO v_heads
+    FROM (SELECT x.consumer_id, x.lane, min(x.id) AS first FROM dl x GROUP BY x.consumer_id, x.lane) h;
 
     -- Wake idle belt workers when a lane had nothing waiting: behind waiting deliveries the
     -- workers are busy with the lane already, and a notifying commit takes a database-wide lock
@@ -210,22 +80,158 @@ BEGIN
                                 AND d.id < (h ->> 2)::bigint)) THEN
         PERFORM pg_notify('silo_belt', '');
     END IF;
+END
+$$;
+COMMENT ON FUNCTION event_private.deliver(text[], text[], text[], timestamptz[]) IS
+    'Delivers the stored events given by p_eids, p_cids (their correlation ids), p_types and p_ats (their times), arrays of one length, in that order: a row of event.deliveries per event and consumer whose event_types hold its type, in the consumer''s lane of the final profile-link target of its correlation id. Locks those consumers FOR KEY SHARE until the end of the transaction. Notifies silo_belt (empty payload) when a lane it delivered to had nothing waiting. Raises nothing of its own.';
 
-    -- When the duplicates were first stored: a new statement, which sees the rows of the
-    -- concurrent calls that ON CONFLICT waited for.
-    IF EXISTS (SELECT FROM unnest(v_res) r WHERE r.status = 'duplicate') THEN
-        v_res := ARRAY(
-            SELECT ROW(r.ord, r.status, r.event_id, CASE WHEN r.status = 'duplicate' THEN i.received ELSE r.first_stored END,
-                       r.sqlstate, r.reason)::event_private.ingested
-            FROM unnest(v_res) r
-            LEFT JOIN event.event_ids i ON r.status = 'duplicate' AND i.event_id = r.event_id
-            ORDER BY r.ord);
+-- The usual call stores every valid event: no id of it is stored already or sent twice. It inserts
+-- the ids without ON CONFLICT (whose speculative insertion costs a second index probe and a WAL
+-- record per id), in a subtransaction; an id that is there already raises unique_violation, and
+-- the call is made again the careful way: the first valid event of each id (in the order of the
+-- call) is the one that may be stored, ids go in with ON CONFLICT DO NOTHING, and what they
+-- return says which events are stored. Ids are inserted in the index's (bytewise) order either
+-- way, so two calls that share ids wait for each other and never deadlock; of two concurrent
+-- ingests of one id, one stores it and the other waits for it and answers duplicate.
+--
+-- The settings: the planner cannot count the rows of the CTEs and would join them in nested loops
+-- (a thousand events: a million comparisons): hash joins it is. Without JIT: the cost of the
+-- nested loops it is told to avoid would make it compile the statement (seconds) at every call.
+-- One generic plan per connection: planning the statement costs as much as a hundred events.
+CREATE FUNCTION event_private.ingest_all(p_events jsonb[], p_bad jsonb DEFAULT NULL)
+RETURNS event_private.ingested[]
+LANGUAGE plpgsql VOLATILE
+SET enable_nestloop = off
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_consumers boolean := EXISTS (SELECT FROM event.consumers);
+    v_res       event_private.ingested[];
+    v_eids      text[];
+    v_cids      text[];
+    v_types     text[];
+    v_ats       timestamptz[];
+BEGIN
+    BEGIN
+        WITH src AS MATERIALIZED (
+            SELECT * FROM event_private.parse(p_events, p_bad)
+        ), ids AS (
+            INSERT INTO event.event_ids (event_id, at, correlation_id)
+            SELECT s.eid, s.at, s.cid FROM src s WHERE s.problem IS NULL ORDER BY s.eid COLLATE "C"
+            RETURNING 1
+        ), ev AS (
+            -- After every id is in (the count runs ids to its end first): the events' partition
+            -- may be made here, and its lock must not be held while waiting for another ingest.
+            INSERT INTO event.events (at, event_id, event_type, correlation_id, harvester_name, type_version, headers, payload)
+            SELECT s.at, s.eid, s.etype, s.cid, s.harvester, s.version, s.headers, s.payload
+            FROM src s WHERE s.problem IS NULL AND (SELECT count(*) FROM ids) > 0
+        )
+        SELECT array_agg(ROW(s.ord, CASE WHEN s.problem IS NULL THEN 'stored' ELSE 'refused' END,
+                             CASE WHEN s.id_ok THEN s.eid END, CASE WHEN s.problem IS NULL THEN now() END,
+                             s.problem[1], s.problem[2])::event_private.ingested),
+               array_agg(s.eid) FILTER (WHERE v_consumers AND s.problem IS NULL),
+               array_agg(s.cid) FILTER (WHERE v_consumers AND s.problem IS NULL),
+               array_agg(s.etype) FILTER (WHERE v_consumers AND s.problem IS NULL),
+               array_agg(s.at) FILTER (WHERE v_consumers AND s.problem IS NULL)
+        INTO v_res, v_eids, v_cids, v_types, v_ats
+        FROM src s;
+    EXCEPTION WHEN unique_violation THEN
+        WITH src AS MATERIALIZED (
+            SELECT p.*, p.problem IS NULL AND p.eid IS DISTINCT FROM lag(p.eid) OVER (PARTITION BY p.problem IS NULL ORDER BY p.eid COLLATE "C", p.ord) AS first
+            FROM event_private.parse(p_events, p_bad) p
+        ), ids AS (
+            INSERT INTO event.event_ids (event_id, at, correlation_id)
+            SELECT s.eid, s.at, s.cid FROM src s WHERE s.first ORDER BY s.eid COLLATE "C"
+            ON CONFLICT (event_id) DO NOTHING
+            RETURNING event_id
+        ), stored AS MATERIALIZED (
+            SELECT s.* FROM src s JOIN ids i ON i.event_id = s.eid WHERE s.first
+        ), ev AS (
+            INSERT INTO event.events (at, event_id, event_type, correlation_id, harvester_name, type_version, headers, payload)
+            SELECT s.at, s.eid, s.etype, s.cid, s.harvester, s.version, s.headers, s.payload
+            FROM stored s
+        )
+        SELECT array_agg(ROW(s.ord,
+                             CASE WHEN s.problem IS NOT NULL THEN 'refused'
+                                  WHEN st.ord IS NOT NULL THEN 'stored' ELSE 'duplicate' END,
+                             CASE WHEN s.id_ok THEN s.eid END,
+                             CASE WHEN st.ord IS NOT NULL THEN now() END,
+                             s.problem[1], s.problem[2])::event_private.ingested ORDER BY s.ord),
+               array_agg(s.eid ORDER BY s.ord) FILTER (WHERE v_consumers AND st.ord IS NOT NULL),
+               array_agg(s.cid ORDER BY s.ord) FILTER (WHERE v_consumers AND st.ord IS NOT NULL),
+               array_agg(s.etype ORDER BY s.ord) FILTER (WHERE v_consumers AND st.ord IS NOT NULL),
+               array_agg(s.at ORDER BY s.ord) FILTER (WHERE v_consumers AND st.ord IS NOT NULL)
+        INTO v_res, v_eids, v_cids, v_types, v_ats
+        FROM src s
+        LEFT JOIN stored st ON st.ord = s.ord;
+
+        -- When the duplicates were first stored: a new statement, which sees the rows of the
+        -- concurrent calls that ON CONFLICT waited for.
+        IF EXISTS (SELECT FROM unnest(v_res) r WHERE r.status = 'duplicate') THEN
+            v_res := ARRAY(
+                SELECT ROW(r.ord, r.status, r.event_id, CASE WHEN r.status = 'duplicate' THEN i.received ELSE r.first_stored END,
+                           r.sqlstate, r.reason)::event_private.ingested
+                FROM unnest(v_res) r
+                LEFT JOIN event.event_ids i ON r.status = 'duplicate' AND i.event_id = r.event_id
+                ORDER BY r.ord);
+        END IF;
+    END;
+    IF v_eids IS NOT NULL THEN
+        PERFORM event_private.deliver(v_eids, v_cids, v_types, v_ats);
     END IF;
-    RETURN QUERY SELECT * FROM unnest(v_res);
+    RETURN coalesce(v_res, '{}');
+END
+$$;
+COMMENT ON FUNCTION event_private.ingest_all(jsonb[], jsonb) IS
+    'Ingests the events p_events (each element one event) in the caller''s transaction; p_bad (default NULL): {"<ord>": "<reason>"} for elements that stand for unreadable input, refused with SEEVT and the reason. Each valid event whose grnry-event-id is not stored yet (and not earlier in p_events) is stored in event.events and event.event_ids and delivered to the consumers of its type (event_private.deliver). Returns one event_private.ingested per element, in order (empty for no element). Refusals as api.event_ingest says. Raises nothing of its own.';
+
+CREATE FUNCTION event_private.ingest(p_events jsonb, p_bad jsonb DEFAULT NULL)
+RETURNS SETOF event_private.ingested
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF p_events IS NULL OR jsonb_typeof(p_events) NOT IN ('object', 'array') THEN
+        RAISE EXCEPTION 'events must be a JSON object (one event) or an array of events'
+            USING ERRCODE = 'SLINV', DETAIL = format('got %s', coalesce(jsonb_typeof(p_events), 'NULL'));
+    END IF;
+    RETURN QUERY SELECT * FROM unnest(event_private.ingest_all(event_private.elements(p_events), p_bad));
 END
 $$;
 COMMENT ON FUNCTION event_private.ingest(jsonb, jsonb) IS
-    'Ingests p_events (one event object or a JSON array of them) in the caller''s transaction; p_bad (default NULL): {"<ord>": "<reason>"} for elements that stand for unreadable input, refused with SEEVT and the reason. Each valid event whose grnry-event-id is not stored yet (and not earlier in p_events) is stored in event.events and event.event_ids and delivered (event.deliveries) to every consumer of its type, in the lane of the final profile-link target of its correlation id, and notifies silo_belt (empty payload) when a lane it delivered to had nothing waiting, to wake idle belt workers. Returns one event_private.ingested per element, in order. Refusals: SEEVT (not an object, event_headers not an object, event_payload missing, unreadable), SEHDR (grnry-event-id or grnry-event-type missing, not a string, empty or over 255 characters; grnry-correlation-id the same with 512 bytes; grnry-harvester-name or grnry-event-type-version not a string), SETIM (grnry-event-timestamp neither epoch milliseconds nor ISO 8601, or outside 1970..9999). Raises SLINV when p_events is neither an object nor an array.';
+    'Ingests p_events (one event object or a JSON array of them) in the caller''s transaction, as event_private.ingest_all does with its elements; p_bad (default NULL): {"<ord>": "<reason>"} for elements that stand for unreadable input, refused with SEEVT and the reason. Each valid event whose grnry-event-id is not stored yet (and not earlier in p_events) is stored in event.events and event.event_ids and delivered (event.deliveries) to every consumer of its type, in the lane of the final profile-link target of its correlation id, and notifies silo_belt (empty payload) when a lane it delivered to had nothing waiting, to wake idle belt workers. Returns one event_private.ingested per element, in order. Refusals: SEEVT (not an object, event_headers not an object, event_payload missing, unreadable), SEHDR (grnry-event-id or grnry-event-type missing, not a string, empty or over 255 characters; grnry-correlation-id the same with 512 bytes; grnry-harvester-name or grnry-event-type-version not a string), SETIM (grnry-event-timestamp neither epoch milliseconds nor ISO 8601, or outside 1970..9999). Raises SLINV when p_events is neither an object nor an array.';
+
+-- A body of events as the array of its events: an object is one event, an array's elements are
+-- events, and NDJSON (a text, or a JSON string) one event per line, each line read here on its
+-- own: a large body costs no large jsonb document of its events, whose parse and copies cost
+-- twice what its lines do. Blank lines are skipped, told by a test of the first character
+-- (btrim of every line would cost a pass over it); the lines named unreadable are not read.
+-- PL/pgSQL, so that its plan is kept: a SQL function of subqueries is planned at every call.
+CREATE FUNCTION event_private.elements(p_body jsonb, p_text text DEFAULT NULL, p_bad jsonb DEFAULT NULL)
+RETURNS jsonb[]
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF p_text IS NULL AND jsonb_typeof(p_body) = 'object' THEN
+        RETURN ARRAY[p_body];
+    ELSIF p_text IS NULL AND jsonb_typeof(p_body) = 'array' THEN
+        RETURN ARRAY(SELECT e FROM jsonb_array_elements(p_body) AS e);
+    ELSIF p_text IS NULL AND jsonb_typeof(p_body) IS DISTINCT FROM 'string' THEN
+        RETURN NULL;
+    END IF;
+    IF p_bad IS NULL THEN
+        RETURN ARRAY(SELECT l::jsonb FROM string_to_table(coalesce(p_text, p_body #>> '{}'), E'\n') AS l
+                     WHERE l <> '' AND (position(left(l, 1) IN E' \t\r') = 0 OR btrim(l, E' \t\r') <> ''));
+    END IF;
+    RETURN ARRAY(SELECT CASE WHEN p_bad ? x.n::text THEN 'null' ELSE x.l::jsonb END
+                 FROM (SELECT l, row_number() OVER () AS n
+                       FROM string_to_table(coalesce(p_text, p_body #>> '{}'), E'\n') AS l
+                       WHERE l <> '' AND (position(left(l, 1) IN E' \t\r') = 0 OR btrim(l, E' \t\r') <> '')) x
+                 ORDER BY x.n);
+END
+$$;
+COMMENT ON FUNCTION event_private.elements(jsonb, text, jsonb) IS
+    'The events of a body, in order: p_text (default NULL) when given, else p_body. NDJSON (p_text, or p_body a JSON string): one JSON value per line, blank lines skipped, those whose position (from 1, among the lines not blank) is a key of p_bad (default NULL) null without being read; p_body an object: one event; an array: its elements. NULL for any other p_body. Raises invalid_text_representation 22P02 for another NDJSON line that is no JSON.';
 
 -- A view rather than RETURNS TABLE, as api.profile_apply_results: its row type is the function's,
 -- and sqlc reads it.
@@ -252,58 +258,66 @@ WHERE false;
 COMMENT ON VIEW api.event_ingest_results IS
     'Always empty: the row type of api.event_ingest_requests. request: the request''s position in the call, from 1; ord: the event''s position in its request, from 1 (NULL for a refused request); status: stored, duplicate or refused as in api.event_ingest (refused with ord NULL: the whole request); event_id, first_stored, sqlstate, reason: as in api.event_ingest; replayed: the request repeated an idempotency key and this row is the first answer (nothing was stored again).';
 
-CREATE FUNCTION api.event_ingest_requests(p_requests jsonb)
+CREATE FUNCTION api.event_ingest_requests(p_requests jsonb, p_texts text[] DEFAULT NULL)
 RETURNS SETOF api.event_ingest_results
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_claims idempotency_private.claimed[];
-    v_events jsonb;
+    v_requests jsonb := p_requests;
+    v_claims   idempotency_private.claimed[];
+    v_events jsonb[];
     v_bad    jsonb;
     v_req_of integer[];
     v_ord_in integer[];
-    v_one    integer;
     v_res    api.event_ingest_results[];
 BEGIN
-    v_claims := idempotency_private.claim_requests(p_requests, 'POST /events', 'events', '{object,array}');
+    -- A body sent apart as text ("text": true) stands in the claims as a string: the SHA-256 of
+    -- the text when the request has a key (what a repeat of the key is compared by), else ''.
+    IF p_texts IS NOT NULL AND jsonb_typeof(p_requests) = 'array' THEN
+        SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e.r) = 'object' AND e.r -> 'text' = 'true'
+                                       THEN (e.r - 'text') || jsonb_build_object('events',
+                                            CASE WHEN e.r ? 'idempotency_key'
+                                                 THEN encode(sha256(convert_to(coalesce(p_texts[e.n], ''), 'UTF8')), 'hex')
+                                                 ELSE '' END)
+                                       ELSE e.r END ORDER BY e.n), '[]')
+        INTO v_requests
+        FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e(r, n);
+    END IF;
+    v_claims := idempotency_private.claim_requests(v_requests, 'POST /events', 'events', '{object,array,string}');
+
+    -- One request without a key, alone in its call (a large body always is): its answers as they
+    -- come, with nothing to record or to merge.
+    IF cardinality(v_claims) = 1 AND v_claims[1].outcome = 'fresh' THEN
+        v_bad := CASE WHEN jsonb_typeof(p_requests -> 0 -> 'invalid') = 'object' THEN p_requests -> 0 -> 'invalid' END;
+        RETURN QUERY
+        SELECT 1, i.ord, i.status, i.event_id, i.first_stored, i.sqlstate, i.reason, false
+        FROM unnest(event_private.ingest_all(
+                 event_private.elements(v_claims[1].body, CASE WHEN p_requests -> 0 -> 'text' = 'true' THEN p_texts[1] END, v_bad),
+                 v_bad)) AS i;
+        RETURN;
+    END IF;
 
     -- The events of the requests to apply, one ingest in request order; the unreadable ones of
-    -- each request ("invalid": {"<ord>": "<reason>"}) renumbered to the call's positions. One
-    -- request to apply (a large body is a call of its own): its events as they are, not copied
-    -- into a new array.
-    IF (SELECT count(*) FROM unnest(v_claims) AS c WHERE c.outcome IN ('fresh', 'new')) = 1 THEN
-        SELECT c.request, c.body,
-               CASE WHEN jsonb_typeof(p_requests -> (c.request - 1) -> 'invalid') = 'object'
-                    THEN p_requests -> (c.request - 1) -> 'invalid' END
-        INTO v_one, v_events, v_bad
-        FROM unnest(v_claims) AS c WHERE c.outcome IN ('fresh', 'new');
-        v_res := ARRAY(
-            SELECT ROW(v_one, i.ord, i.status, i.event_id, i.first_stored, i.sqlstate, i.reason, false)::api.event_ingest_results
-            FROM event_private.ingest(v_events, v_bad) AS i);
-        v_events := NULL;
-    ELSE
-        SELECT jsonb_agg(u.m ORDER BY u.g), array_agg(u.request ORDER BY u.g),
-               array_agg(u.n::integer ORDER BY u.g),
-               jsonb_object_agg(u.g::text, u.inv ->> u.n::text) FILTER (WHERE u.inv ? u.n::text)
-        INTO v_events, v_req_of, v_ord_in, v_bad
-        FROM (
-            SELECT c.request, x.m, x.n, row_number() OVER (ORDER BY c.request, x.n) AS g, c.inv
-            FROM (SELECT c.request, c.body,
-                         CASE WHEN jsonb_typeof(p_requests -> (c.request - 1) -> 'invalid') = 'object'
-                              THEN p_requests -> (c.request - 1) -> 'invalid' END AS inv
-                  FROM unnest(v_claims) AS c
-                  WHERE c.outcome IN ('fresh', 'new')) c
-            CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(c.body) = 'object'
-                                                         THEN jsonb_build_array(c.body) ELSE c.body END)
-                               WITH ORDINALITY AS x(m, n)
-        ) u;
+    -- each request ("invalid": {"<ord>": "<reason>"}) renumbered to the call's positions.
+    SELECT array_agg(u.m ORDER BY u.g), array_agg(u.request ORDER BY u.g), array_agg(u.n::integer ORDER BY u.g),
+           jsonb_object_agg(u.g::text, u.inv ->> u.n::text) FILTER (WHERE u.inv ? u.n::text)
+    INTO v_events, v_req_of, v_ord_in, v_bad
+    FROM (
+        SELECT c.request, x.m, x.n, row_number() OVER (ORDER BY c.request, x.n) AS g, c.inv
+        FROM (SELECT c.request, c.body,
+                     CASE WHEN p_requests -> (c.request - 1) -> 'text' = 'true' THEN p_texts[c.request] END AS text,
+                     CASE WHEN jsonb_typeof(p_requests -> (c.request - 1) -> 'invalid') = 'object'
+                          THEN p_requests -> (c.request - 1) -> 'invalid' END AS inv
+              FROM unnest(v_claims) AS c
+              WHERE c.outcome IN ('fresh', 'new')) c
+        CROSS JOIN LATERAL unnest(event_private.elements(c.body, c.text, c.inv)) WITH ORDINALITY AS x(m, n)
+    ) u;
 
-        IF v_events IS NOT NULL THEN
-            v_res := ARRAY(
-                SELECT ROW(v_req_of[i.ord], v_ord_in[i.ord], i.status, i.event_id, i.first_stored, i.sqlstate,
-                           i.reason, false)::api.event_ingest_results
-                FROM event_private.ingest(v_events, v_bad) AS i);
-        END IF;
+    IF v_events IS NOT NULL THEN
+        v_res := ARRAY(
+            SELECT ROW(v_req_of[i.ord], v_ord_in[i.ord], i.status, i.event_id, i.first_stored, i.sqlstate,
+                       i.reason, false)::api.event_ingest_results
+            FROM unnest(event_private.ingest_all(v_events, v_bad)) AS i);
     END IF;
 
     IF EXISTS (SELECT FROM unnest(v_claims) AS c WHERE c.outcome IN ('new', 'repeat')) THEN
@@ -327,5 +341,5 @@ BEGIN
     ORDER BY x.request, x.ord;
 END
 $$;
-COMMENT ON FUNCTION api.event_ingest_requests(jsonb) IS
-    'Ingests the events of several requests in one transaction, as HTTP''s POST /events does (it joins concurrent requests into one call). p_requests (no default): a JSON array of requests, each an object {"events": one event or an array of events as api.event_ingest takes them, "token_id": the caller''s token id (optional: scopes its idempotency keys; without it the keys are the session role''s), "idempotency_key": optional, 1 to 255 printable ASCII characters, "invalid": optional {"<ord>": "<reason>"}: events of the request that could not be read (an NDJSON line that is no JSON), whose elements are placeholders, refused with SEEVT and the reason}. The events of the requests applied are ingested as one api.event_ingest call in request order (an id sent by two requests of the call is stored for the first). A request whose key was used within silo.settings idempotency.window for the same body by the same token is not applied again: it gets the first answer, marked replayed; the answer of a new key is recorded in this transaction. Returns api.event_ingest_results rows by request and ord: one per event (stored, duplicate, or refused with SEEVT, SEHDR or SETIM as in api.event_ingest), and one refused row (ord NULL) for a request that was not applied: SLINV (not an object, events missing or neither an object nor an array, token_id not an integer), SLIDK (invalid idempotency key), SLIDM (key already used for another body). Raises SLINV when p_requests is not a JSON array or idempotency.window is no interval; transient errors (40P01, 55P03, 57014, 53xxx, 08xxx) roll back the whole call. Waits for another transaction that claimed one of its keys, until it ends.';
+COMMENT ON FUNCTION api.event_ingest_requests(jsonb, text[]) IS
+    'Ingests the events of several requests in one transaction, as HTTP''s POST /events does (it joins concurrent requests into one call). p_requests (no default): a JSON array of requests, each an object {"events": one event or an array of events as api.event_ingest takes them, or NDJSON as one JSON string (one event per line, blank lines skipped; a line that is no JSON raises 22P02 for the whole call); "text": true in its place says that the body is NDJSON in p_texts (HTTP''s NDJSON bodies travel so, unparsed), "token_id": the caller''s token id (optional: scopes its idempotency keys; without it the keys are the session role''s), "idempotency_key": optional, 1 to 255 printable ASCII characters, "invalid": optional {"<ord>": "<reason>"}: events of the request that could not be read (an NDJSON line that is no JSON), whose elements (or lines) are placeholders such as null, refused with SEEVT and the reason}. p_texts (default NULL): the NDJSON bodies of the requests with "text": true, one element per request in request order (the others'' elements are ignored). The events of the requests applied are ingested as one api.event_ingest call in request order (an id sent by two requests of the call is stored for the first). A request whose key was used within silo.settings idempotency.window for the same body by the same token is not applied again: it gets the first answer, marked replayed; the answer of a new key is recorded in this transaction. Returns api.event_ingest_results rows by request and ord: one per event (stored, duplicate, or refused with SEEVT, SEHDR or SETIM as in api.event_ingest), and one refused row (ord NULL) for a request that was not applied: SLINV (not an object, events missing or neither an object, an array nor a string, token_id not an integer), SLIDK (invalid idempotency key), SLIDM (key already used for another body). Raises SLINV when p_requests is not a JSON array or idempotency.window is no interval, 22P02 for an NDJSON line that is no JSON; transient errors (40P01, 55P03, 57014, 53xxx, 08xxx) roll back the whole call. Waits for another transaction that claimed one of its keys, until it ends.';

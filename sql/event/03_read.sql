@@ -1,7 +1,8 @@
--- Event store, reads: Granary's Event Store API. Events of a correlation id (the primary key's
--- order: correlation_id, at, event_id) or of a type (index events_type_at_idx), in a half-open time
--- range [from, to), ascending by time, paged with offset and page size. One event by correlation id
--- and event id: event.event_ids tells its time, so the read is one primary-key probe per table.
+-- Event store, reads: Granary's Event Store API. Events of a correlation id (index
+-- events_correlation_at_idx: correlation_id, at, event_id) or of a type (index
+-- events_type_at_idx), in a half-open time range [from, to), ascending by time (then event id),
+-- paged with offset and page size. One event by correlation id and event id: event.event_ids
+-- tells its time, so the read is one index probe per table.
 -- Reads see event.events alone: a correlation id is the one the event was sent with, links aside.
 
 CREATE VIEW api.event_rows AS

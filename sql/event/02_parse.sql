@@ -1,0 +1,137 @@
+-- Event store, parse: the elements of an ingest read as events (event_private.parse), each rule of
+-- the headers checked, for sql/event/02_ingest.sql. Set-based: one statement reads a thousand
+-- events; the usual valid header is told by cheap tests, and only a broken one costs a call that
+-- says why.
+
+-- The reason a key-like header is invalid: the profile store's rules for ids (a non-empty
+-- string) with a length limit, in characters or bytes.
+CREATE FUNCTION event_private.header_problem(p_name text, p_value jsonb, p_max integer, p_bytes boolean)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE
+        WHEN p_value IS NULL OR p_value = 'null' THEN p_name || ' is required'
+        WHEN jsonb_typeof(p_value) <> 'string' THEN p_name || ' must be a string, got ' || jsonb_typeof(p_value)
+        WHEN p_value = '""' THEN p_name || ' must not be empty'
+        WHEN p_bytes AND octet_length(p_value #>> '{}') > p_max
+            THEN format('%s must be at most %s bytes, got %s', p_name, p_max, octet_length(p_value #>> '{}'))
+        WHEN NOT p_bytes AND length(p_value #>> '{}') > p_max
+            THEN format('%s must be at most %s characters, got %s', p_name, p_max, length(p_value #>> '{}'))
+    END;
+$$;
+COMMENT ON FUNCTION event_private.header_problem(text, jsonb, integer, boolean) IS
+    'Why p_value (the JSON value of header p_name, NULL when absent) is not a valid key-like header: absent or null, not a string, empty, or longer than p_max characters (p_bytes false) or bytes (p_bytes true); NULL when it is valid. Raises nothing.';
+
+-- Epoch milliseconds as a JSON number or a string of digits, or an ISO 8601 date or date-time
+-- (profile_private.in_parse, as _in of a profile update), from 1970 to 9999. PL/pgSQL: the same
+-- tests as a SQL function with a subquery, which PostgreSQL cannot inline and planned again at
+-- every call (milliseconds an event).
+CREATE FUNCTION event_private.timestamp_of(p_value jsonb)
+RETURNS timestamptz
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_type text := jsonb_typeof(p_value);
+    v_text text;
+    v_ms   numeric;
+BEGIN
+    IF v_type IS NULL OR v_type NOT IN ('number', 'string') THEN
+        RETURN NULL;
+    END IF;
+    v_text := p_value #>> '{}';
+    IF length(v_text) BETWEEN 1 AND 15 AND translate(v_text, '0123456789', '') = '' THEN
+        v_ms := v_text::bigint;
+    ELSIF v_type = 'string' AND length(v_text) <= 64 THEN
+        v_ms := profile_private.in_parse(v_text);
+    END IF;
+    IF v_ms BETWEEN 0 AND 253402300799999 THEN
+        RETURN timestamptz 'epoch' + v_ms * interval '1 millisecond';
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION event_private.timestamp_of(jsonb) IS
+    'The time header grnry-event-timestamp p_value gives: epoch milliseconds (a JSON number or a string of up to 15 digits), or an ISO 8601 date or date-time as profile_private.in_parse reads it (UTC when it has no offset); NULL when it is none of these or outside 1970-01-01 to 9999-12-31. Raises nothing.';
+
+CREATE TYPE event_private.parsed AS (
+    ord       integer,
+    eid       text,
+    id_ok     boolean,
+    etype     text,
+    cid       text,
+    harvester text,
+    version   text,
+    headers   jsonb,
+    payload   jsonb,
+    at        timestamptz,
+    problem   text[]
+);
+COMMENT ON TYPE event_private.parsed IS
+    'One element of an ingest, read: ord (its position, from 1), eid (grnry-event-id when it is a string), id_ok (eid is a valid id), etype, cid, harvester, version (the headers when strings), headers, payload, at (the event time: the timestamp header, or now), problem (NULL, or {SQLSTATE, reason} of its refusal).';
+
+-- p_bad: an object {"<ord>": "<reason>"} of events that could not be read (an NDJSON line that is
+-- no JSON): their elements of p_events are placeholders, refused with the reason. Each level of
+-- the parse is a subquery with OFFSET 0, so that it is computed once, not again at every use
+-- above it. A SQL function of one SELECT: inlined into the statements that read it.
+CREATE FUNCTION event_private.parse(p_events jsonb[], p_bad jsonb)
+RETURNS SETOF event_private.parsed
+LANGUAGE sql STABLE
+AS $$
+    SELECT c.ord, c.eid, c.p_id IS NULL, c.etype, c.cid, c.harvester, c.version, c.headers, c.payload,
+           coalesce(c.at, now()),
+           CASE WHEN c.bad IS NOT NULL THEN ARRAY['SEEVT', c.bad]
+                WHEN NOT c.is_obj THEN ARRAY['SEEVT', 'an event must be a JSON object {"event_headers": {...}, "event_payload": ...}, got ' || coalesce(jsonb_typeof(c.m), 'nothing')]
+                WHEN jsonb_typeof(c.headers) IS DISTINCT FROM 'object'
+                    THEN ARRAY['SEEVT', 'event_headers must be a JSON object, got ' || coalesce(jsonb_typeof(c.headers), 'nothing')]
+                WHEN c.payload IS NULL THEN ARRAY['SEEVT', 'event_payload is required (any JSON value)']
+                WHEN c.p_id IS NOT NULL THEN ARRAY['SEHDR', c.p_id]
+                WHEN c.p_type IS NOT NULL THEN ARRAY['SEHDR', c.p_type]
+                WHEN c.p_cid IS NOT NULL THEN ARRAY['SEHDR', c.p_cid]
+                WHEN c.harvester IS NULL AND c.j_harvester IS NOT NULL AND c.j_harvester <> 'null'
+                    THEN ARRAY['SEHDR', 'grnry-harvester-name must be a string, got ' || jsonb_typeof(c.j_harvester)]
+                WHEN c.version IS NULL AND c.j_version IS NOT NULL AND c.j_version <> 'null'
+                    THEN ARRAY['SEHDR', 'grnry-event-type-version must be a string, got ' || jsonb_typeof(c.j_version)]
+                WHEN c.at IS NULL AND c.j_ts IS NOT NULL AND c.j_ts <> 'null'
+                    THEN ARRAY['SETIM', 'grnry-event-timestamp must be epoch milliseconds (a number or a string of digits) or an ISO 8601 date-time from 1970 to 9999, got ' || left(c.j_ts::text, 100)]
+           END
+    FROM (
+        SELECT b.*,
+               -- The usual valid header is told by cheap tests; only a broken one costs a call.
+               CASE WHEN jsonb_typeof(b.j_id) = 'string' AND length(b.j_id #>> '{}') BETWEEN 1 AND 255 THEN NULL
+                    ELSE event_private.header_problem('grnry-event-id', b.j_id, 255, false) END AS p_id,
+               CASE WHEN jsonb_typeof(b.j_type) = 'string' AND length(b.j_type #>> '{}') BETWEEN 1 AND 255 THEN NULL
+                    ELSE event_private.header_problem('grnry-event-type', b.j_type, 255, false) END AS p_type,
+               CASE WHEN jsonb_typeof(b.j_cid) = 'string' AND octet_length(b.j_cid #>> '{}') BETWEEN 1 AND 512 THEN NULL
+                    ELSE event_private.header_problem('grnry-correlation-id', b.j_cid, 512, true) END AS p_cid,
+               CASE WHEN jsonb_typeof(b.j_id) = 'string' THEN b.j_id #>> '{}' END AS eid,
+               CASE WHEN jsonb_typeof(b.j_type) = 'string' THEN b.j_type #>> '{}' END AS etype,
+               CASE WHEN jsonb_typeof(b.j_cid) = 'string' THEN b.j_cid #>> '{}' END AS cid,
+               CASE WHEN jsonb_typeof(b.j_harvester) = 'string' THEN b.j_harvester #>> '{}' END AS harvester,
+               CASE WHEN jsonb_typeof(b.j_version) = 'string' THEN b.j_version #>> '{}' END AS version,
+               CASE WHEN b.j_ts IS NULL OR b.j_ts = 'null' THEN NULL
+                    -- Digits only, told without a regular expression (which costs more than the rest).
+                    WHEN jsonb_typeof(b.j_ts) = 'string' AND length(b.j_ts #>> '{}') BETWEEN 1 AND 15
+                         AND translate(b.j_ts #>> '{}', '0123456789', '') = ''
+                         AND (b.j_ts #>> '{}')::bigint <= 253402300799999
+                        THEN timestamptz 'epoch' + (b.j_ts #>> '{}')::bigint * interval '1 millisecond'
+                    ELSE event_private.timestamp_of(b.j_ts) END AS at
+        FROM (
+            SELECT a.ord, a.m, a.is_obj, a.bad, a.headers, a.payload,
+                   a.headers -> 'grnry-event-id' AS j_id, a.headers -> 'grnry-event-type' AS j_type,
+                   a.headers -> 'grnry-correlation-id' AS j_cid, a.headers -> 'grnry-harvester-name' AS j_harvester,
+                   a.headers -> 'grnry-event-type-version' AS j_version, a.headers -> 'grnry-event-timestamp' AS j_ts
+            FROM (
+                SELECT e.ord::integer AS ord, e.m, jsonb_typeof(e.m) = 'object' AS is_obj,
+                       CASE WHEN p_bad IS NOT NULL THEN p_bad ->> e.ord::text END AS bad,
+                       CASE WHEN jsonb_typeof(e.m) = 'object' THEN e.m -> 'event_headers' END AS headers,
+                       CASE WHEN jsonb_typeof(e.m) = 'object' THEN e.m -> 'event_payload' END AS payload
+                FROM unnest(p_events) WITH ORDINALITY AS e(m, ord)
+                OFFSET 0
+            ) a
+            OFFSET 0
+        ) b
+        OFFSET 0
+    ) c;
+$$;
+COMMENT ON FUNCTION event_private.parse(jsonb[], jsonb) IS
+    'The elements of p_events read as events (event_private.parsed, in order): headers and payload taken apart, each rule of api.event_ingest checked (problem: the first one broken, with its SQLSTATE). p_bad: NULL, or {"<ord>": "<reason>"} for elements that stand for unreadable input (refused with SEEVT and the reason). Raises nothing.';
