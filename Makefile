@@ -206,6 +206,12 @@ fuzz: deps build
 	./$(SILO) tempdb -- $(GO) test ./server -run '^$$' -fuzz FuzzEventBody -fuzztime $(FUZZTIME)
 	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzSeriesAppend -fuzztime $(FUZZTIME)
 	$(GO) test ./server -run '^$$' -fuzz FuzzSeriesCSV -fuzztime $(FUZZTIME)
+	$(GO) test ./server -run '^$$' -fuzz FuzzSeriesColumns -fuzztime $(FUZZTIME)
+	./$(SILO) tempdb -- $(GO) test ./server -run '^$$' -fuzz FuzzBeltCreate -fuzztime $(FUZZTIME)
+	$(GO) test ./server -run '^$$' -fuzz FuzzCacheKey -fuzztime $(FUZZTIME)
+	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzConfigJSON -fuzztime $(FUZZTIME)
+	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzOdsIngest -fuzztime $(FUZZTIME)
+	./$(SILO) tempdb -- $(GO) test ./db -run '^$$' -fuzz FuzzPurgePeriod -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin
