@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -484,4 +485,48 @@ func TestJobStateChangesArePublished(t *testing.T) {
 	// One change per topic, kind and statement, ids only, admins only (readers {}).
 	require.Equal(t, "jobs:config loaded {}|jobs:t1 deduplicated ["+itoa(rows[1].JobIds[0])+"] {}|jobs:t1 done ["+itoa(rows[0].JobIds[0])+"] {}|jobs:t1 scheduled ["+itoa(rows[0].JobIds[0])+", "+itoa(rows[1].JobIds[0])+"] {}",
 		e.str(`SELECT string_agg(concat_ws(' ', channel, kind, payload -> 'ids', readers::text), '|' ORDER BY channel, kind) FROM change_private.outbox WHERE channel LIKE 'jobs:%'`))
+}
+
+func TestJobSourcesSeriesWritesAndPurgeReports(t *testing.T) {
+	b := accountSetup(t)
+	b.tree(t)
+	holder := b.seriesHolder(t, "position/wgs84")
+	e := &jobEnv{t: t, tx: b.tx, q: b.q, ctx: b.ctx}
+	routes := `INSERT INTO job.config_routes VALUES (20, '^Append$', '^Series$', 'series'), (21, '.', '^PurgeReport$', 'purge')`
+	e.load(jobBase + "sources:\n  series_writes: True\n  purge_reports: True\n")
+	e.exec(routes)
+	jobs := func(topic string) string {
+		return e.str(`SELECT coalesce(string_agg(concat_ws(' ', action_type, resource_url, payload ->> 'unit_of_works_deleted'), '|' ORDER BY id), '')
+		              FROM job.jobs WHERE topic = $1`, topic)
+	}
+
+	// A series write: one event per series it wrote, whether its pending metadata update is new or
+	// merged into one waiting.
+	points := `{"format": "flatJSON", "fields": ["deltaTime", "latitude", "longitude"], "points": [[0, 1, 2], [1, 2, 3]]}`
+	require.NoError(t, b.seriesAppend(t, b.personal, holder, points))
+	require.NoError(t, b.seriesAppend(t, b.personal, holder, strings.ReplaceAll(points, "[0, 1, 2]", "[5, 1, 2]")))
+	url := "/alice/events/" + holder + "/series"
+	require.Equal(t, "Append "+url+"|Append "+url, jobs("series"))
+	require.Equal(t, `{"event_id": "`+holder+`", "username": "alice"}`,
+		e.str(`SELECT (payload - 'data_min' - 'data_max')::text FROM job.jobs WHERE topic = 'series' LIMIT 1`))
+
+	// A purge: the report started, advanced by each batch that deleted something, finished.
+	setPurgeConfig(t, b.tx, `{"fetch-size": 2, "parallelism": 1}`)
+	for i := range 3 {
+		seedUnitOfWork(t, b.tx, "old-"+itoa(int64(i)), "", "2021-01-01T00:00:00Z", "2021-01-02T00:00:00Z", "")
+	}
+	for _, d := range []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second} {
+		_, err := b.q.PurgeBatch(b.ctx, db.PurgeBatchParams{Now: seedDay.Add(d), BatchLimit: 2})
+		require.NoError(t, err)
+	}
+	r := "/purge/reports/2023-05-17"
+	require.Equal(t, "Start "+r+" 0|Progress "+r+" 2|Progress "+r+" 3|Finish "+r+" 3", jobs("purge"))
+
+	// Off: nothing more.
+	e.load(jobBase)
+	e.exec(routes)
+	require.NoError(t, b.seriesAppend(t, b.personal, holder, strings.ReplaceAll(points, "[0, 1, 2]", "[9, 1, 2]")))
+	_, err := b.q.PurgeBatch(b.ctx, db.PurgeBatchParams{Now: seedDay.Add(24 * time.Hour), BatchLimit: 2})
+	require.NoError(t, err)
+	require.Equal(t, "2 4", e.str(`SELECT (SELECT count(*) FROM job.jobs WHERE topic = 'series') || ' ' || (SELECT count(*) FROM job.jobs WHERE topic = 'purge')`))
 }

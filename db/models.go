@@ -764,7 +764,7 @@ type JobConfig struct {
 	AffectedURL *string `json:"affectedUrl"`
 	// The enricher's defaults.job_properties, completed with Silo's own defaults (job_type invalidate, priority 1, due 0, expires 5, superceedable false, retry_limit 3).
 	Defaults json.RawMessage `json:"defaults"`
-	// sources: Silo's own changes that become events of the job service (profile_updates: every write of the profile store, sql/job/06_sources.sql).
+	// sources: Silo's own changes that become events of the job service: profile_updates (every write of the profile store), series_writes (every append of series points), purge_reports (the purge's reports started, advanced and finished); sql/job/06_sources.sql.
 	Sources []string `json:"sources"`
 }
 
