@@ -53,22 +53,23 @@ $$;
 COMMENT ON FUNCTION job_private.default_key_fields() IS
     'The key fields of a job no enrichment rule matches: topic, job_type, resource_type, action_type, resource_url, payload. Raises nothing.';
 
--- STABLE, not IMMUTABLE: jsonb_build_object is STABLE, and PostgreSQL inlines a SQL function only
--- when it is not declared stricter than what it calls.
-CREATE FUNCTION job_private.unique_hash(p_topic text, p_props jsonb, p_resource_type text, p_action_type text,
-                                        p_resource_url text, p_payload jsonb, p_ts jsonb, p_generation integer,
-                                        p_key_fields text[])
-RETURNS text
+-- The canonical object is built whole and the fields outside the key dropped (jsonb - text[], the
+-- list computed once per key list of a call), rather than aggregated field by field per job: one
+-- expression, no aggregate. STABLE, not IMMUTABLE: jsonb_build_object is STABLE, and PostgreSQL
+-- inlines a SQL function only when it is not declared stricter than what it calls.
+CREATE FUNCTION job_private.key_doc(p_topic text, p_props jsonb, p_resource_type text, p_action_type text,
+                                    p_resource_url text, p_payload jsonb, p_ts jsonb, p_generation integer)
+RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
-    SELECT encode(sha256(convert_to(jsonb_object_agg(f.k, coalesce(d.doc -> f.k, 'null'::jsonb))::text, 'UTF8')), 'hex')
-    FROM (SELECT p_props || jsonb_build_object('topic', p_topic, 'resource_type', p_resource_type,
-                                               'action_type', p_action_type, 'resource_url', p_resource_url,
-                                               'payload', p_payload, 'timestamp', p_ts, 'generation', p_generation) AS doc) d
-    CROSS JOIN unnest(p_key_fields) AS f(k);
+    SELECT jsonb_build_object('topic', p_topic, 'job_type', p_props -> 'job_type', 'priority', p_props -> 'priority',
+                              'due', p_props -> 'due', 'expires', p_props -> 'expires',
+                              'superceedable', p_props -> 'superceedable', 'retry_limit', p_props -> 'retry_limit',
+                              'resource_type', p_resource_type, 'action_type', p_action_type, 'resource_url', p_resource_url,
+                              'payload', p_payload, 'timestamp', p_ts, 'generation', p_generation);
 $$;
-COMMENT ON FUNCTION job_private.unique_hash(text, jsonb, text, text, text, jsonb, jsonb, integer, text[]) IS
-    'A job''s unique hash over p_key_fields: lowercase hex SHA-256 of the text of the jsonb object {field: value} (the canonical form, sql/job/02_enrich.sql). Raises nothing.';
+COMMENT ON FUNCTION job_private.key_doc(text, jsonb, text, text, text, jsonb, jsonb, integer) IS
+    'A job''s every key field (job_private.job_fields) as one jsonb object, null where the job lacks it; its unique hash is over this object without the fields outside its key_fields (sql/job/02_enrich.sql, the canonical form). Raises nothing.';
 
 CREATE FUNCTION api.job_unique_hash(p_job jsonb, p_key_fields text[])
 RETURNS text
@@ -97,24 +98,36 @@ COMMENT ON FUNCTION job_private.count(text[], text[], bigint[]) IS
 
 -- One INSERT for all the drafts; the superseding UPDATE only when one of them could replace a
 -- pending job; the counters and one change per topic and call.
+--
+-- Whether an older job could be replaced is asked of jobs_work_idx (pending superceedable jobs by
+-- work_key) alone: it holds the call's own superceedable jobs and the older ones, so there are
+-- older ones exactly when it holds more jobs of the call's work keys than the call inserted
+-- superceedable ones. (Asked with "id older than the call's", the probe went through the pending
+-- jobs by id under a generic plan, and took longer the more jobs were pending.)
 CREATE FUNCTION job_private.insert_jobs(p_drafts job_private.draft[])
 RETURNS TABLE (ord integer, topic text, id bigint)
 LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_limit integer := (SELECT c.generations_limit FROM job.config c);
+    v_limit integer := coalesce((SELECT c.generations_limit FROM job.config c), 3);
     v_ids   bigint[];
     v_keys  text[];
+    v_nsup  bigint;
     v_sup   bigint;
 BEGIN
-    WITH ins AS (
+    WITH outside AS MATERIALIZED (
+        -- The fields outside each key list of the call, once per list.
+        SELECT k.key_fields, ARRAY(SELECT f FROM unnest(job_private.job_fields()) f WHERE NOT f = ANY (k.key_fields)) AS fields
+        FROM (SELECT DISTINCT d.key_fields FROM unnest(p_drafts) d) k),
+    ins AS (
         INSERT INTO job.jobs (topic, job_type, priority, superceedable, retry_limit, generation, parent_id, unique_hash,
                               work_key, resource_type, action_type, resource_url, payload, event_ts, properties,
                               due_at, expires_at)
         SELECT d.topic, d.props ->> 'job_type', (d.props ->> 'priority')::integer, (d.props ->> 'superceedable')::boolean,
                (d.props ->> 'retry_limit')::integer, d.generation, d.parent_id,
-               h.hash,
+               encode(sha256(convert_to((job_private.key_doc(d.topic, d.props, d.resource_type, d.action_type, d.resource_url,
+                                                             d.payload, d.ts, d.generation) - k.fields)::text, 'UTF8')), 'hex'),
                encode(sha256(convert_to(jsonb_build_array(d.topic, d.props ->> 'job_type', d.resource_type, d.resource_url,
                                                           CASE WHEN jsonb_typeof(d.payload -> 'access_token') = 'string'
                                                                THEN d.payload ->> 'access_token' END)::text, 'UTF8')), 'hex'),
@@ -122,26 +135,17 @@ BEGIN
                now() + (d.props ->> 'due')::numeric * interval '1 minute',
                now() + (d.props ->> 'expires')::numeric * interval '1 minute'
         FROM unnest(p_drafts) d
-        -- job_private.unique_hash written out: a function call per job costs more than the hash.
-        CROSS JOIN LATERAL (
-            SELECT encode(sha256(convert_to(jsonb_object_agg(f.k, coalesce(x.doc -> f.k, 'null'::jsonb))::text, 'UTF8')), 'hex') AS hash
-            FROM (SELECT d.props || jsonb_build_object('topic', d.topic, 'resource_type', d.resource_type,
-                                                       'action_type', d.action_type, 'resource_url', d.resource_url,
-                                                       'payload', d.payload, 'timestamp', d.ts, 'generation', d.generation) AS doc) x
-            CROSS JOIN unnest(d.key_fields) AS f(k)) h
-        WHERE d.generation <= coalesce(v_limit, 3)
+        JOIN outside k ON k.key_fields = d.key_fields
+        WHERE d.generation <= v_limit
         ORDER BY d.ord, d.topic
-        RETURNING job.jobs.id, job.jobs.work_key, job.jobs.topic)
-    SELECT array_agg(i.id ORDER BY i.id), array_agg(i.work_key ORDER BY i.id)
-    INTO v_ids, v_keys
+        RETURNING job.jobs.id, job.jobs.work_key, job.jobs.superceedable)
+    SELECT array_agg(i.id ORDER BY i.id), array_agg(i.work_key ORDER BY i.id), count(*) FILTER (WHERE i.superceedable)
+    INTO v_ids, v_keys, v_nsup
     FROM ins i;
 
     -- An older pending superceedable job of the same work: superseded by the newest.
-    -- The jobs just inserted have the call's highest ids: an older one has a smaller id than all.
-    IF v_ids IS NOT NULL AND EXISTS (SELECT FROM job.jobs j WHERE j.work_key = ANY (v_keys) AND j.state = 'pending'
-                                        AND j.superceedable AND j.id < v_ids[1]
-                                     UNION ALL
-                                     SELECT FROM unnest(v_keys) k GROUP BY k HAVING count(*) > 1) THEN
+    IF v_ids IS NOT NULL AND ((SELECT count(*) FROM job.jobs j WHERE j.work_key = ANY (v_keys) AND j.state = 'pending' AND j.superceedable) > v_nsup
+                              OR EXISTS (SELECT FROM unnest(v_keys) k GROUP BY k HAVING count(*) > 1)) THEN
         WITH newest AS (SELECT k.key, max(k.id) AS id FROM unnest(v_keys, v_ids) AS k(key, id) GROUP BY k.key),
         sup AS (
             UPDATE job.jobs j SET state = 'superseded', superseded_by = n.id, finished_at = now()
@@ -159,14 +163,16 @@ BEGIN
     END IF;
 
     PERFORM job_private.count(array_agg(t.topic), array_agg(t.counter), array_agg(t.n))
-    FROM (SELECT d.topic, CASE WHEN d.generation <= coalesce(v_limit, 3) THEN 'scheduled' ELSE 'discarded_generation' END AS counter,
+    FROM (SELECT d.topic, CASE WHEN d.generation <= v_limit THEN 'scheduled' ELSE 'discarded_generation' END AS counter,
                  count(*) AS n
           FROM unnest(p_drafts) d GROUP BY 1, 2) t;
     IF v_ids IS NOT NULL THEN
+        -- The ids by topic from the drafts (inserted in (ord, topic) order, they got ascending ids).
         INSERT INTO change_private.outbox (channel, kind, payload, readers)
-        SELECT 'jobs:' || j.topic, 'scheduled', jsonb_build_object('ids', jsonb_agg(j.id ORDER BY j.id)), '{}'
-        FROM job.jobs j WHERE j.id = ANY (v_ids)
-        GROUP BY j.topic;
+        SELECT 'jobs:' || x.topic, 'scheduled', jsonb_build_object('ids', jsonb_agg(x.id ORDER BY x.id)), '{}'
+        FROM (SELECT d.topic, v_ids[row_number() OVER (ORDER BY d.ord, d.topic)] AS id
+              FROM unnest(p_drafts) d WHERE d.generation <= v_limit) x
+        GROUP BY x.topic;
         -- Idle pools are woken: one notification per call, not per job.
         PERFORM pg_notify('silo_job', '');
     END IF;
@@ -176,13 +182,12 @@ BEGIN
     RETURN QUERY
     SELECT d.ord, d.topic, x.id
     FROM (SELECT d.ord, d.topic, row_number() OVER (ORDER BY d.ord, d.topic) AS k
-          FROM unnest(p_drafts) d WHERE d.generation <= coalesce(v_limit, 3)) d
+          FROM unnest(p_drafts) d WHERE d.generation <= v_limit) d
     JOIN (SELECT u.id, u.k FROM unnest(v_ids) WITH ORDINALITY AS u(id, k)) x ON x.k = d.k;
 END
 $$;
 COMMENT ON FUNCTION job_private.insert_jobs(job_private.draft[]) IS
     'Publishes the drafts p_drafts as pending jobs (those beyond job.config.generations_limit are discarded and counted as discarded_generation), supersedes the older pending superceedable jobs of the same work, counts scheduled and superseded in job.counters, publishes kinds scheduled and superseded on channels jobs:{topic} (payload {"ids"}) and notifies silo_job. Returns (ord, topic, id) for each draft published; a draft is known by (ord, topic). Raises nothing of its own.';
-
 CREATE TYPE job_private.scheduled AS (
     ord      integer,
     status   text,
@@ -250,25 +255,30 @@ BEGIN
                WITH ORDINALITY AS a(e, n)) x
     ORDER BY x.ord);
 
-    -- Route and enrich: one draft per event and topic.
-    SELECT array_agg(ROW(r.ord, r.topic, r.rt, r.at, r.url, r.payload, r.ts, r.event_ts,
-                         v_defaults || coalesce(c.job_properties, '{}'), coalesce(c.key_fields, job_private.default_key_fields()),
-                         1, NULL)::job_private.draft ORDER BY r.g)
+    -- Route and enrich: one draft per event and topic. The rules are matched once per distinct
+    -- pair of resource and action types of the call (the regular expressions and the rule lookup do
+    -- not run per event), and the events joined to their pair's topics and properties.
+    WITH kinds AS MATERIALIZED (
+        SELECT t.rt, t.at, t.topic, t.first, v_defaults || coalesce(c.job_properties, '{}') AS props,
+               coalesce(c.key_fields, job_private.default_key_fields()) AS key_fields
+        FROM (SELECT k.rt, k.at, rr.topic, min(rr.ord) AS first
+              FROM (SELECT DISTINCT e.rt, e.at FROM unnest(v_in) e WHERE e.problem IS NULL) k
+              JOIN job.config_routes rr ON k.at ~ rr.action_type AND k.rt ~ rr.resource_type
+              GROUP BY k.rt, k.at, rr.topic) t
+        LEFT JOIN LATERAL (
+            SELECT c.job_properties, c.key_fields FROM job.config_enrich c
+            WHERE (c.topic = t.topic OR c.topic IS NULL)
+              AND (c.action_type IS NULL OR c.action_type = t.at)
+              AND (c.resource_type IS NULL OR c.resource_type = t.rt)
+              AND c.job_type IS NULL
+            ORDER BY c.topic IS NULL, c.ord
+            LIMIT 1) c ON true)
+    SELECT array_agg(ROW(e.ord, k.topic, e.rt, e.at, e.url, e.payload, e.ts, e.event_ts, k.props, k.key_fields, 1, NULL)::job_private.draft
+                     ORDER BY e.ord, k.first)
     INTO v_drafts
-    FROM (SELECT t.*, row_number() OVER (ORDER BY t.ord, t.first) AS g
-          FROM (SELECT e.ord, e.rt, e.at, e.url, e.payload, e.ts, e.event_ts, rr.topic, min(rr.ord) AS first
-                FROM unnest(v_in) e
-                JOIN job.config_routes rr ON e.at ~ rr.action_type AND e.rt ~ rr.resource_type
-                WHERE e.problem IS NULL
-                GROUP BY e.ord, e.rt, e.at, e.url, e.payload, e.ts, e.event_ts, rr.topic) t) r
-    LEFT JOIN LATERAL (
-        SELECT c.job_properties, c.key_fields FROM job.config_enrich c
-        WHERE (c.topic = r.topic OR c.topic IS NULL)
-          AND (c.action_type IS NULL OR c.action_type = r.at)
-          AND (c.resource_type IS NULL OR c.resource_type = r.rt)
-          AND c.job_type IS NULL
-        ORDER BY c.topic IS NULL, c.ord
-        LIMIT 1) c ON true;
+    FROM unnest(v_in) e
+    JOIN kinds k ON k.rt = e.rt AND k.at = e.at
+    WHERE e.problem IS NULL;
 
     RETURN QUERY
     SELECT e.ord,
