@@ -220,6 +220,23 @@ func TestJobUniqueHashIsStable(t *testing.T) {
 	require.Equal(t, h(rows[0].JobIds[0]), e.str(`SELECT api.job_unique_hash('{"job_type": "invalidate", "payload": {"b": [1, 2], "a": 1}}', '{payload,job_type}')`))
 	require.Equal(t, h(rows[0].JobIds[0]),
 		e.str(`SELECT encode(sha256(convert_to('{"payload": {"a": 1, "b": [1, 2]}, "job_type": "invalidate"}', 'UTF8')), 'hex')`))
+
+	// The scheduler writes the canonical text out field by field: it is jsonb's text of the object,
+	// for every key list and for values that need escaping, nulls, numbers as written.
+	require.Equal(t, "0", e.str(`
+		WITH jobs (topic, props, rt, at, url, payload, ts, gen) AS (VALUES
+			('t"1', '{"due": 0, "expires": 5.0, "job_type": "a\\b", "priority": 1, "retry_limit": 3, "superceedable": true}'::jsonb,
+			 'Post', 'Up"date', '/p/é?x=1&y="2"', '{"b": [1, 2.50, null], "a": "\u0001 tab\t"}'::jsonb, '"2024-01-01T00:00:00Z"'::jsonb, 2),
+			('t', '{"due": 1, "expires": 5, "job_type": "x", "priority": 3, "retry_limit": 0, "superceedable": false}', 'R', 'A', NULL, NULL, NULL, 1),
+			('t', '{"due": 1, "expires": 5, "job_type": "x", "priority": 3, "retry_limit": 0, "superceedable": false}', 'R', 'A', '', '"s"', '1700000000000', 1)),
+		lists (k) AS (SELECT job_private.job_fields() UNION ALL SELECT ARRAY[f] FROM unnest(job_private.job_fields()) f
+		              UNION ALL VALUES ('{payload,job_type}'::text[]), ('{timestamp,job_type,payload,payload}'), ('{generation,resource_url,due}'))
+		SELECT count(*)::text FROM jobs j CROSS JOIN lists l
+		WHERE job_private.key_text(job_private.key_flags(l.k), j.topic, j.props, j.rt, j.at, j.url, j.payload, j.ts, j.gen)
+		      IS DISTINCT FROM (SELECT jsonb_object_agg(f, coalesce(d -> f, 'null'))::text
+		                        FROM (SELECT j.props || jsonb_build_object('topic', j.topic, 'resource_type', j.rt, 'action_type', j.at,
+		                                     'resource_url', j.url, 'payload', j.payload, 'timestamp', j.ts, 'generation', j.gen) AS d) x,
+		                             unnest(l.k) f)`))
 }
 
 func TestJobDeduplicationCauses(t *testing.T) {

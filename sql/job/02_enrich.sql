@@ -53,23 +53,55 @@ $$;
 COMMENT ON FUNCTION job_private.default_key_fields() IS
     'The key fields of a job no enrichment rule matches: topic, job_type, resource_type, action_type, resource_url, payload. Raises nothing.';
 
--- The canonical object is built whole and the fields outside the key dropped (jsonb - text[], the
--- list computed once per key list of a call), rather than aggregated field by field per job: one
--- expression, no aggregate. STABLE, not IMMUTABLE: jsonb_build_object is STABLE, and PostgreSQL
--- inlines a SQL function only when it is not declared stricter than what it calls.
-CREATE FUNCTION job_private.key_doc(p_topic text, p_props jsonb, p_resource_type text, p_action_type text,
-                                    p_resource_url text, p_payload jsonb, p_ts jsonb, p_generation integer)
-RETURNS jsonb
+-- The canonical text is written out rather than built as a jsonb object and printed (which costs
+-- several times the hash): jsonb prints an object's keys by length, then bytes, so the key fields
+-- always come in the order of job_private.key_order; each value is printed as jsonb prints it
+-- (strings escaped as to_json escapes them, jsonb values as their text, null when absent), joined
+-- by ", " and wrapped in braces, which is jsonb's text of the object {key_field: value, ...}.
+-- The fields a key has are given as flags in that order, computed once per key list of a call.
+CREATE FUNCTION job_private.key_order()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT ARRAY['due', 'topic', 'expires', 'payload', 'job_type', 'priority', 'timestamp', 'generation',
+                 'action_type', 'retry_limit', 'resource_url', 'resource_type', 'superceedable'];
+$$;
+COMMENT ON FUNCTION job_private.key_order() IS
+    'The job fields (job_private.job_fields) in the order jsonb prints an object''s keys (by length, then bytes): the order of the fields in the canonical text of a unique hash. Raises nothing.';
+
+CREATE FUNCTION job_private.key_flags(p_key_fields text[])
+RETURNS boolean[]
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT array_agg(k.f = ANY (p_key_fields) ORDER BY k.n) FROM unnest(job_private.key_order()) WITH ORDINALITY AS k(f, n);
+$$;
+COMMENT ON FUNCTION job_private.key_flags(text[]) IS
+    'For each field of job_private.key_order, whether p_key_fields names it. Raises nothing.';
+
+-- STABLE, not IMMUTABLE: to_json is STABLE, and PostgreSQL inlines a SQL function only when it is
+-- not declared stricter than what it calls.
+CREATE FUNCTION job_private.key_text(p_flags boolean[], p_topic text, p_props jsonb, p_resource_type text, p_action_type text,
+                                     p_resource_url text, p_payload jsonb, p_ts jsonb, p_generation integer)
+RETURNS text
 LANGUAGE sql STABLE
 AS $$
-    SELECT jsonb_build_object('topic', p_topic, 'job_type', p_props -> 'job_type', 'priority', p_props -> 'priority',
-                              'due', p_props -> 'due', 'expires', p_props -> 'expires',
-                              'superceedable', p_props -> 'superceedable', 'retry_limit', p_props -> 'retry_limit',
-                              'resource_type', p_resource_type, 'action_type', p_action_type, 'resource_url', p_resource_url,
-                              'payload', p_payload, 'timestamp', p_ts, 'generation', p_generation);
+    SELECT '{' || concat_ws(', ',
+        CASE WHEN p_flags[1] THEN '"due": ' || coalesce((p_props -> 'due')::text, 'null') END,
+        CASE WHEN p_flags[2] THEN '"topic": ' || coalesce(to_json(p_topic)::text, 'null') END,
+        CASE WHEN p_flags[3] THEN '"expires": ' || coalesce((p_props -> 'expires')::text, 'null') END,
+        CASE WHEN p_flags[4] THEN '"payload": ' || coalesce(p_payload::text, 'null') END,
+        CASE WHEN p_flags[5] THEN '"job_type": ' || coalesce((p_props -> 'job_type')::text, 'null') END,
+        CASE WHEN p_flags[6] THEN '"priority": ' || coalesce((p_props -> 'priority')::text, 'null') END,
+        CASE WHEN p_flags[7] THEN '"timestamp": ' || coalesce(p_ts::text, 'null') END,
+        CASE WHEN p_flags[8] THEN '"generation": ' || coalesce(p_generation::text, 'null') END,
+        CASE WHEN p_flags[9] THEN '"action_type": ' || coalesce(to_json(p_action_type)::text, 'null') END,
+        CASE WHEN p_flags[10] THEN '"retry_limit": ' || coalesce((p_props -> 'retry_limit')::text, 'null') END,
+        CASE WHEN p_flags[11] THEN '"resource_url": ' || coalesce(to_json(p_resource_url)::text, 'null') END,
+        CASE WHEN p_flags[12] THEN '"resource_type": ' || coalesce(to_json(p_resource_type)::text, 'null') END,
+        CASE WHEN p_flags[13] THEN '"superceedable": ' || coalesce((p_props -> 'superceedable')::text, 'null') END) || '}';
 $$;
-COMMENT ON FUNCTION job_private.key_doc(text, jsonb, text, text, text, jsonb, jsonb, integer) IS
-    'A job''s every key field (job_private.job_fields) as one jsonb object, null where the job lacks it; its unique hash is over this object without the fields outside its key_fields (sql/job/02_enrich.sql, the canonical form). Raises nothing.';
+COMMENT ON FUNCTION job_private.key_text(boolean[], text, jsonb, text, text, text, jsonb, jsonb, integer) IS
+    'The canonical text of a job''s unique hash (sql/job/02_enrich.sql): jsonb''s text of the object of the fields flagged in p_flags (job_private.key_flags), from the job''s topic, properties p_props, the event''s fields and generation; a field the job lacks is null. Raises nothing.';
 
 CREATE FUNCTION api.job_unique_hash(p_job jsonb, p_key_fields text[])
 RETURNS text
@@ -116,9 +148,8 @@ DECLARE
     v_nsup  bigint;
     v_sup   bigint;
 BEGIN
-    WITH outside AS MATERIALIZED (
-        -- The fields outside each key list of the call, once per list.
-        SELECT k.key_fields, ARRAY(SELECT f FROM unnest(job_private.job_fields()) f WHERE NOT f = ANY (k.key_fields)) AS fields
+    WITH keys AS MATERIALIZED (
+        SELECT k.key_fields, job_private.key_flags(k.key_fields) AS flags
         FROM (SELECT DISTINCT d.key_fields FROM unnest(p_drafts) d) k),
     ins AS (
         INSERT INTO job.jobs (topic, job_type, priority, superceedable, retry_limit, generation, parent_id, unique_hash,
@@ -126,8 +157,8 @@ BEGIN
                               due_at, expires_at)
         SELECT d.topic, d.props ->> 'job_type', (d.props ->> 'priority')::integer, (d.props ->> 'superceedable')::boolean,
                (d.props ->> 'retry_limit')::integer, d.generation, d.parent_id,
-               encode(sha256(convert_to((job_private.key_doc(d.topic, d.props, d.resource_type, d.action_type, d.resource_url,
-                                                             d.payload, d.ts, d.generation) - k.fields)::text, 'UTF8')), 'hex'),
+               encode(sha256(convert_to(job_private.key_text(k.flags, d.topic, d.props, d.resource_type, d.action_type,
+                                                             d.resource_url, d.payload, d.ts, d.generation), 'UTF8')), 'hex'),
                encode(sha256(convert_to(jsonb_build_array(d.topic, d.props ->> 'job_type', d.resource_type, d.resource_url,
                                                           CASE WHEN jsonb_typeof(d.payload -> 'access_token') = 'string'
                                                                THEN d.payload ->> 'access_token' END)::text, 'UTF8')), 'hex'),
@@ -135,7 +166,7 @@ BEGIN
                now() + (d.props ->> 'due')::numeric * interval '1 minute',
                now() + (d.props ->> 'expires')::numeric * interval '1 minute'
         FROM unnest(p_drafts) d
-        JOIN outside k ON k.key_fields = d.key_fields
+        JOIN keys k ON k.key_fields = d.key_fields
         WHERE d.generation <= v_limit
         ORDER BY d.ord, d.topic
         RETURNING job.jobs.id, job.jobs.work_key, job.jobs.superceedable)
@@ -239,7 +270,7 @@ BEGIN
                     THEN 'resource_url must be a string, got ' || jsonb_typeof(x.e -> 'resource_url')
                 WHEN x.ts IS NOT NULL AND x.ts <> 'null' AND x.event_ts IS NULL
                     THEN 'timestamp must be epoch milliseconds or an ISO 8601 date-time, got ' || left(x.ts::text, 100)
-                WHEN EXISTS (SELECT FROM jsonb_object_keys(x.e) k WHERE k NOT IN ('resource_type', 'action_type', 'payload', 'resource_url', 'timestamp'))
+                WHEN x.e - '{resource_type,action_type,payload,resource_url,timestamp}'::text[] <> '{}'
                     THEN 'unknown field ' || (SELECT min(k) FROM jsonb_object_keys(x.e) k WHERE k NOT IN ('resource_type', 'action_type', 'payload', 'resource_url', 'timestamp'))
                          || ' (known: resource_type, action_type, payload, resource_url, timestamp)'
            END)::job_private.event_in
