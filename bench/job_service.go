@@ -292,7 +292,7 @@ func drain(ctx context.Context, bn *bench, start time.Time, query string, n int)
 			return float64(n) / time.Since(start).Seconds(), nil
 		}
 		if time.Since(start) > 3*runDeadline {
-			return 0, fmt.Errorf("%d jobs left after %s", left, 3*runDeadline)
+			return 0, fmt.Errorf("%d jobs left after %s (%s)", left, 3*runDeadline, query)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -237,6 +237,10 @@ func TestJobUniqueHashIsStable(t *testing.T) {
 		                        FROM (SELECT j.props || jsonb_build_object('topic', j.topic, 'resource_type', j.rt, 'action_type', j.at,
 		                                     'resource_url', j.url, 'payload', j.payload, 'timestamp', j.ts, 'generation', j.gen) AS d) x,
 		                             unnest(l.k) f)`))
+	// So is the text of a work key, jsonb's text of its array.
+	require.Equal(t, "0", e.str(`
+		SELECT count(*)::text FROM (VALUES ('t"1', 'a\\b', 'Post', '/p/é?x="2"', 'tok\t'), ('t', 'x', 'R', NULL, NULL)) AS w (a, b, c, d, e)
+		WHERE job_private.work_text(w.a, w.b, w.c, w.d, w.e) IS DISTINCT FROM jsonb_build_array(w.a, w.b, w.c, w.d, w.e)::text`))
 }
 
 func TestJobDeduplicationCauses(t *testing.T) {

@@ -103,6 +103,17 @@ $$;
 COMMENT ON FUNCTION job_private.key_text(boolean[], text, jsonb, text, text, text, jsonb, jsonb, integer) IS
     'The canonical text of a job''s unique hash (sql/job/02_enrich.sql): jsonb''s text of the object of the fields flagged in p_flags (job_private.key_flags), from the job''s topic, properties p_props, the event''s fields and generation; a field the job lacks is null. Raises nothing.';
 
+CREATE FUNCTION job_private.work_text(p_topic text, p_job_type text, p_resource_type text, p_resource_url text, p_session text)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT '[' || coalesce(to_json(p_topic)::text, 'null') || ', ' || coalesce(to_json(p_job_type)::text, 'null') || ', '
+           || coalesce(to_json(p_resource_type)::text, 'null') || ', ' || coalesce(to_json(p_resource_url)::text, 'null') || ', '
+           || coalesce(to_json(p_session)::text, 'null') || ']';
+$$;
+COMMENT ON FUNCTION job_private.work_text(text, text, text, text, text) IS
+    'The text a job''s work_key hashes: jsonb''s text of the array [topic, job_type, resource_type, resource_url, session] (sql/job/02_enrich.sql, superseding), written out as job_private.key_text writes its object. Raises nothing.';
+
 CREATE FUNCTION api.job_unique_hash(p_job jsonb, p_key_fields text[])
 RETURNS text
 LANGUAGE sql STABLE
@@ -128,14 +139,15 @@ $$;
 COMMENT ON FUNCTION job_private.count(text[], text[], bigint[]) IS
     'Adds p_ns[i] to counter p_counters[i] of topic p_topics[i] in job.counters (this backend''s shard). Raises nothing.';
 
--- One INSERT for all the drafts; the superseding UPDATE only when one of them could replace a
--- pending job; the counters and one change per topic and call.
+-- One INSERT for all the drafts, one statement for superseding, the counters and one change per
+-- topic and call.
 --
--- Whether an older job could be replaced is asked of jobs_work_idx (pending superceedable jobs by
--- work_key) alone: it holds the call's own superceedable jobs and the older ones, so there are
--- older ones exactly when it holds more jobs of the call's work keys than the call inserted
--- superceedable ones. (Asked with "id older than the call's", the probe went through the pending
--- jobs by id under a generic plan, and took longer the more jobs were pending.)
+-- Superseding asks jobs_work_idx (pending superceedable jobs by work_key and id) once per work key
+-- of the call for an older job, passing over the call's own in the index; a call with nothing to
+-- replace costs those probes and nothing else. (Asked of all the call's keys at once with "id older
+-- than the call's", the planner's generic plan read the pending jobs by id, and the call took
+-- longer the more jobs were pending; joined rather than probed, it read every pending
+-- superceedable job.)
 CREATE FUNCTION job_private.insert_jobs(p_drafts job_private.draft[])
 RETURNS TABLE (ord integer, topic text, id bigint)
 LANGUAGE plpgsql VOLATILE
@@ -145,7 +157,6 @@ DECLARE
     v_limit integer := coalesce((SELECT c.generations_limit FROM job.config c), 3);
     v_ids   bigint[];
     v_keys  text[];
-    v_nsup  bigint;
     v_sup   bigint;
 BEGIN
     WITH keys AS MATERIALIZED (
@@ -159,9 +170,9 @@ BEGIN
                (d.props ->> 'retry_limit')::integer, d.generation, d.parent_id,
                encode(sha256(convert_to(job_private.key_text(k.flags, d.topic, d.props, d.resource_type, d.action_type,
                                                              d.resource_url, d.payload, d.ts, d.generation), 'UTF8')), 'hex'),
-               encode(sha256(convert_to(jsonb_build_array(d.topic, d.props ->> 'job_type', d.resource_type, d.resource_url,
-                                                          CASE WHEN jsonb_typeof(d.payload -> 'access_token') = 'string'
-                                                               THEN d.payload ->> 'access_token' END)::text, 'UTF8')), 'hex'),
+               encode(sha256(convert_to(job_private.work_text(d.topic, d.props ->> 'job_type', d.resource_type, d.resource_url,
+                                                              CASE WHEN jsonb_typeof(d.payload -> 'access_token') = 'string'
+                                                                   THEN d.payload ->> 'access_token' END), 'UTF8')), 'hex'),
                d.resource_type, d.action_type, d.resource_url, d.payload, d.event_ts, d.props,
                now() + (d.props ->> 'due')::numeric * interval '1 minute',
                now() + (d.props ->> 'expires')::numeric * interval '1 minute'
@@ -169,28 +180,36 @@ BEGIN
         JOIN keys k ON k.key_fields = d.key_fields
         WHERE d.generation <= v_limit
         ORDER BY d.ord, d.topic
-        RETURNING job.jobs.id, job.jobs.work_key, job.jobs.superceedable)
-    SELECT array_agg(i.id ORDER BY i.id), array_agg(i.work_key ORDER BY i.id), count(*) FILTER (WHERE i.superceedable)
-    INTO v_ids, v_keys, v_nsup
+        RETURNING job.jobs.id, job.jobs.work_key)
+    SELECT array_agg(i.id ORDER BY i.id), array_agg(i.work_key ORDER BY i.id)
+    INTO v_ids, v_keys
     FROM ins i;
 
     -- An older pending superceedable job of the same work: superseded by the newest.
-    IF v_ids IS NOT NULL AND ((SELECT count(*) FROM job.jobs j WHERE j.work_key = ANY (v_keys) AND j.state = 'pending' AND j.superceedable) > v_nsup
-                              OR EXISTS (SELECT FROM unnest(v_keys) k GROUP BY k HAVING count(*) > 1)) THEN
+    IF v_ids IS NOT NULL THEN
+        -- OFFSET 0 keeps the probe a probe (not flattened into a join); the changes are made from
+        -- what the UPDATE returns.
         WITH newest AS (SELECT k.key, max(k.id) AS id FROM unnest(v_keys, v_ids) AS k(key, id) GROUP BY k.key),
-        sup AS (
-            UPDATE job.jobs j SET state = 'superseded', superseded_by = n.id, finished_at = now()
+        older AS (
+            SELECT o.id, n.id AS newer
             FROM newest n
-            WHERE j.work_key = n.key AND j.state = 'pending' AND j.superceedable AND j.id < n.id
-            RETURNING j.id, j.topic)
-        SELECT count(*) INTO v_sup FROM (
+            CROSS JOIN LATERAL (SELECT j.id FROM job.jobs j
+                                WHERE j.work_key = n.key AND j.state = 'pending' AND j.superceedable AND j.id < n.id
+                                OFFSET 0) o),
+        sup AS (
+            UPDATE job.jobs j SET state = 'superseded', superseded_by = o.newer, finished_at = now()
+            FROM older o
+            WHERE j.id = o.id AND j.state = 'pending'
+            RETURNING j.id, j.topic),
+        cnt AS (
             SELECT job_private.count(array_agg(s.topic), array_fill('superseded'::text, ARRAY[count(*)::integer]), array_fill(1::bigint, ARRAY[count(*)::integer]))
-            FROM sup s HAVING count(*) > 0) x;
-        INSERT INTO change_private.outbox (channel, kind, payload, readers)
-        SELECT 'jobs:' || j.topic, 'superseded', jsonb_build_object('ids', jsonb_agg(j.id ORDER BY j.id)), '{}'
-        FROM job.jobs j
-        WHERE v_sup > 0 AND j.superseded_by = ANY (v_ids)
-        GROUP BY j.topic;
+            FROM sup s HAVING count(*) > 0),
+        chg AS (
+            INSERT INTO change_private.outbox (channel, kind, payload, readers)
+            SELECT 'jobs:' || s.topic, 'superseded', jsonb_build_object('ids', jsonb_agg(s.id ORDER BY s.id)), '{}'
+            FROM sup s GROUP BY s.topic
+            RETURNING 1)
+        SELECT (SELECT count(*) FROM cnt) + (SELECT count(*) FROM chg) INTO v_sup;
     END IF;
 
     PERFORM job_private.count(array_agg(t.topic), array_agg(t.counter), array_agg(t.n))
