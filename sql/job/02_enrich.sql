@@ -159,25 +159,29 @@ DECLARE
     v_keys  text[];
     v_sup   bigint;
 BEGIN
-    WITH keys AS MATERIALIZED (
-        SELECT k.key_fields, job_private.key_flags(k.key_fields) AS flags
-        FROM (SELECT DISTINCT d.key_fields FROM unnest(p_drafts) d) k),
+    -- What depends on a draft's properties and key fields alone is computed once per distinct
+    -- pair of the call (a rule's jobs share theirs): the typed properties, the due and expiry
+    -- times, the key's field flags.
+    WITH kinds AS MATERIALIZED (
+        SELECT k.props, k.key_fields, job_private.key_flags(k.key_fields) AS flags,
+               k.props ->> 'job_type' AS job_type, (k.props ->> 'priority')::integer AS priority,
+               (k.props ->> 'superceedable')::boolean AS superceedable, (k.props ->> 'retry_limit')::integer AS retry_limit,
+               now() + (k.props ->> 'due')::numeric * interval '1 minute' AS due_at,
+               now() + (k.props ->> 'expires')::numeric * interval '1 minute' AS expires_at
+        FROM (SELECT DISTINCT d.props, d.key_fields FROM unnest(p_drafts) d WHERE d.generation <= v_limit) k),
     ins AS (
         INSERT INTO job.jobs (topic, job_type, priority, superceedable, retry_limit, generation, parent_id, unique_hash,
                               work_key, resource_type, action_type, resource_url, payload, event_ts, properties,
                               due_at, expires_at)
-        SELECT d.topic, d.props ->> 'job_type', (d.props ->> 'priority')::integer, (d.props ->> 'superceedable')::boolean,
-               (d.props ->> 'retry_limit')::integer, d.generation, d.parent_id,
+        SELECT d.topic, k.job_type, k.priority, k.superceedable, k.retry_limit, d.generation, d.parent_id,
                encode(sha256(convert_to(job_private.key_text(k.flags, d.topic, d.props, d.resource_type, d.action_type,
                                                              d.resource_url, d.payload, d.ts, d.generation), 'UTF8')), 'hex'),
-               encode(sha256(convert_to(job_private.work_text(d.topic, d.props ->> 'job_type', d.resource_type, d.resource_url,
+               encode(sha256(convert_to(job_private.work_text(d.topic, k.job_type, d.resource_type, d.resource_url,
                                                               CASE WHEN jsonb_typeof(d.payload -> 'access_token') = 'string'
                                                                    THEN d.payload ->> 'access_token' END), 'UTF8')), 'hex'),
-               d.resource_type, d.action_type, d.resource_url, d.payload, d.event_ts, d.props,
-               now() + (d.props ->> 'due')::numeric * interval '1 minute',
-               now() + (d.props ->> 'expires')::numeric * interval '1 minute'
+               d.resource_type, d.action_type, d.resource_url, d.payload, d.event_ts, d.props, k.due_at, k.expires_at
         FROM unnest(p_drafts) d
-        JOIN keys k ON k.key_fields = d.key_fields
+        JOIN kinds k ON k.props = d.props AND k.key_fields = d.key_fields
         WHERE d.generation <= v_limit
         ORDER BY d.ord, d.topic
         RETURNING job.jobs.id, job.jobs.work_key)
