@@ -199,22 +199,7 @@ func jobWorkload(ctx context.Context, bn *bench, rp *report) error {
 			}
 			workers := river.NewWorkers()
 			river.AddWorker(workers, benchNoopWorker{})
-			client, err := river.NewClient(riverpgxv5.New(bn.raw), &river.Config{
-				Queues:            map[string]river.QueueConfig{"bench": {MaxWorkers: jobWorkers * 100}},
-				Workers:           workers,
-				FetchCooldown:     5 * time.Millisecond,
-				FetchPollInterval: 5 * time.Millisecond,
-				Logger:            slog.New(slog.DiscardHandler),
-			})
-			if err != nil {
-				return 0, err
-			}
-			start := time.Now()
-			if err := client.Start(ctx); err != nil {
-				return 0, err
-			}
-			defer func() { _ = client.Stop(context.Background()) }()
-			return drain(ctx, bn, start, `SELECT count(*) FROM river_job WHERE kind = 'bench_noop' AND queue = 'bench' AND state NOT IN ('completed', 'discarded', 'cancelled')`, jobDispatchN)
+			return riverDrain(ctx, bn, workers, "bench", "bench_noop")
 		},
 		func() (float64, error) {
 			params := make([]river.InsertManyParams, jobDispatchN)
@@ -226,22 +211,7 @@ func jobWorkload(ctx context.Context, bn *bench, rp *report) error {
 			}
 			workers := river.NewWorkers()
 			river.AddWorker(workers, benchTxWorker{pool: bn.raw})
-			client, err := river.NewClient(riverpgxv5.New(bn.raw), &river.Config{
-				Queues:            map[string]river.QueueConfig{"bench_tx": {MaxWorkers: jobWorkers * 100}},
-				Workers:           workers,
-				FetchCooldown:     5 * time.Millisecond,
-				FetchPollInterval: 5 * time.Millisecond,
-				Logger:            slog.New(slog.DiscardHandler),
-			})
-			if err != nil {
-				return 0, err
-			}
-			start := time.Now()
-			if err := client.Start(ctx); err != nil {
-				return 0, err
-			}
-			defer func() { _ = client.Stop(context.Background()) }()
-			return drain(ctx, bn, start, `SELECT count(*) FROM river_job WHERE kind = 'bench_tx' AND state NOT IN ('completed', 'discarded', 'cancelled')`, jobDispatchN)
+			return riverDrain(ctx, bn, workers, "bench_tx", "bench_tx")
 		})
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
@@ -279,6 +249,28 @@ func parallelCalls(clients, each int, call func(c, k int) error) (float64, error
 	wg.Wait()
 	close(errc)
 	return float64(clients*each*jobBatch) / time.Since(start).Seconds(), <-errc
+}
+
+// riverDrain runs a River client with jobWorkers × 100 workers on queue until its jobs of kind are
+// all worked, and returns jobDispatchN jobs per second since the client started.
+func riverDrain(ctx context.Context, bn *bench, workers *river.Workers, queue, kind string) (float64, error) {
+	client, err := river.NewClient(riverpgxv5.New(bn.raw), &river.Config{
+		Queues:            map[string]river.QueueConfig{queue: {MaxWorkers: jobWorkers * 100}},
+		Workers:           workers,
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 5 * time.Millisecond,
+		Logger:            slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer func() { _ = client.Stop(context.Background()) }()
+	return drain(ctx, bn, start, fmt.Sprintf(`SELECT count(*) FROM river_job WHERE kind = '%s' AND queue = '%s' AND state NOT IN ('completed', 'discarded', 'cancelled')`,
+		kind, queue), jobDispatchN)
 }
 
 // drain waits until the query counts no job left and returns n jobs per second since start.

@@ -43,15 +43,24 @@ func cacheGet(t *testing.T, base, path, auth string, hdr map[string]string) cach
 	return cacheResp{resp.StatusCode, string(raw), resp.Header}
 }
 
+// cacheServers starts two servers on the test's database, each with an API cache of its own (two
+// Silo processes).
+func cacheServers(t *testing.T, b *testBundle) (*httptest.Server, *httptest.Server) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var out [2]*httptest.Server
+	for i := range out {
+		out[i] = httptest.NewServer(server.New(server.Config{Pool: b.pool, Version: "test", CacheContext: ctx}))
+		t.Cleanup(out[i].Close)
+	}
+	return out[0], out[1]
+}
+
 func TestAPICache(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	s1 := httptest.NewServer(server.New(server.Config{Pool: b.pool, Version: "test", CacheContext: ctx}))
-	s2 := httptest.NewServer(server.New(server.Config{Pool: b.pool, Version: "test", CacheContext: ctx}))
-	t.Cleanup(s1.Close)
-	t.Cleanup(s2.Close)
+	s1, s2 := cacheServers(t, b)
 	_, err := b.pool.Exec(context.Background(), `SELECT api.cache_config_load('{
 		"GET/profiles/{profileType}/{correlationId}/": {"defaults": {"action": "cache", "session": "false", "expires": "60000 ms"}},
 		"GET/profiles/{profileType}/{correlationId}/grain/{a}": {"defaults": {"action": "cache", "session": true, "expires": 60000}}}')`)
@@ -122,12 +131,7 @@ func TestAPICache(t *testing.T) {
 func TestAPICacheInvalidateRule(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	s1 := httptest.NewServer(server.New(server.Config{Pool: b.pool, Version: "test", CacheContext: ctx}))
-	s2 := httptest.NewServer(server.New(server.Config{Pool: b.pool, Version: "test", CacheContext: ctx}))
-	t.Cleanup(s1.Close)
-	t.Cleanup(s2.Close)
+	s1, s2 := cacheServers(t, b)
 	_, err := b.pool.Exec(context.Background(), `CREATE FUNCTION public.cache_cb(h jsonb, p jsonb) RETURNS jsonb LANGUAGE sql AS 'SELECT NULL::jsonb'`)
 	require.NoError(t, err)
 	a := "Bearer " + b.admin
