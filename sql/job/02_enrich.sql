@@ -53,15 +53,51 @@ $$;
 COMMENT ON FUNCTION job_private.count(text[], text[], bigint[]) IS
     'Adds p_ns[i] to counter p_counters[i] of topic p_topics[i] in job.counters (this backend''s shard). Raises nothing.';
 
--- One INSERT for all the drafts, one statement for superseding, the counters and one change per
--- topic and call.
---
--- Superseding asks jobs_work_idx (pending superceedable jobs by work_key and id) once per work key
--- of the call for an older job, passing over the call's own in the index; a call with nothing to
--- replace costs those probes and nothing else. (Asked of all the call's keys at once with "id older
--- than the call's", the planner's generic plan read the pending jobs by id, and the call took
--- longer the more jobs were pending; joined rather than probed, it read every pending
--- superceedable job.)
+-- Superseding probes jobs_work_idx (pending superceedable jobs by work_key and id) once per work
+-- key of the call for jobs older than the call's newest of that key (OFFSET 0 keeps each probe a
+-- probe rather than a join that reads every pending job); a call with nothing to replace costs
+-- those probes and nothing else. Planned for each call (force_custom_plan), on the table as it is:
+-- a plan made once, when the table was empty (after a TRUNCATE, say), probed the pending jobs
+-- whole through jobs_ready_idx for every key, and kept doing so as they grew (observed: one call
+-- of 1,000 events running for minutes). The changes are made from what the UPDATE returns.
+CREATE FUNCTION job_private.supersede(p_keys text[], p_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    v_n bigint;
+BEGIN
+    WITH newest AS (SELECT k.key, max(k.id) AS id FROM unnest(p_keys, p_ids) AS k(key, id) GROUP BY k.key),
+    older AS (
+        SELECT o.id, n.id AS newer
+        FROM newest n
+        CROSS JOIN LATERAL (SELECT j.id FROM job.jobs j
+                            WHERE j.work_key = n.key AND j.state = 'pending' AND j.superceedable AND j.id < n.id
+                            OFFSET 0) o),
+    sup AS (
+        UPDATE job.jobs j SET state = 'superseded', superseded_by = o.newer, finished_at = now()
+        FROM older o
+        WHERE j.id = o.id AND j.state = 'pending'
+        RETURNING j.id, j.topic),
+    cnt AS (
+        SELECT job_private.count(array_agg(s.topic), array_fill('superseded'::text, ARRAY[count(*)::integer]), array_fill(1::bigint, ARRAY[count(*)::integer]))
+        FROM sup s HAVING count(*) > 0),
+    chg AS (
+        INSERT INTO change_private.outbox (channel, kind, payload, readers)
+        SELECT 'jobs:' || s.topic, 'superseded', jsonb_build_object('ids', jsonb_agg(s.id ORDER BY s.id)), '{}'
+        FROM sup s GROUP BY s.topic
+        RETURNING 1)
+    SELECT (SELECT count(*) FROM sup) INTO v_n
+    FROM (SELECT count(*) FROM cnt) c1, (SELECT count(*) FROM chg) c2;
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION job_private.supersede(text[], bigint[]) IS
+    'Supersedes, for each work key of p_keys, the pending superceedable jobs older than the newest of the jobs p_ids (zipped by position with p_keys) that has it: state superseded, superseded_by that job. Counts superseded in job.counters and publishes kind superseded on channels jobs:{topic} (payload {"ids"}). Returns how many jobs it superseded. Raises nothing of its own.';
+
+-- One INSERT for all the drafts, one statement for superseding (job_private.supersede), the
+-- counters and one change per topic and call.
 CREATE FUNCTION job_private.insert_jobs(p_drafts job_private.draft[])
 RETURNS TABLE (ord integer, topic text, id bigint)
 LANGUAGE plpgsql VOLATILE
@@ -71,7 +107,6 @@ DECLARE
     v_limit integer := coalesce((SELECT c.generations_limit FROM job.config c), 3);
     v_ids   bigint[];
     v_keys  text[];
-    v_sup   bigint;
 BEGIN
     -- What depends on a draft's properties and key fields alone is computed once per distinct
     -- pair of the call (a rule's jobs share theirs): the typed properties, the due and expiry
@@ -103,31 +138,8 @@ BEGIN
     INTO v_ids, v_keys
     FROM ins i;
 
-    -- An older pending superceedable job of the same work: superseded by the newest.
     IF v_ids IS NOT NULL THEN
-        -- OFFSET 0 keeps the probe a probe (not flattened into a join); the changes are made from
-        -- what the UPDATE returns.
-        WITH newest AS (SELECT k.key, max(k.id) AS id FROM unnest(v_keys, v_ids) AS k(key, id) GROUP BY k.key),
-        older AS (
-            SELECT o.id, n.id AS newer
-            FROM newest n
-            CROSS JOIN LATERAL (SELECT j.id FROM job.jobs j
-                                WHERE j.work_key = n.key AND j.state = 'pending' AND j.superceedable AND j.id < n.id
-                                OFFSET 0) o),
-        sup AS (
-            UPDATE job.jobs j SET state = 'superseded', superseded_by = o.newer, finished_at = now()
-            FROM older o
-            WHERE j.id = o.id AND j.state = 'pending'
-            RETURNING j.id, j.topic),
-        cnt AS (
-            SELECT job_private.count(array_agg(s.topic), array_fill('superseded'::text, ARRAY[count(*)::integer]), array_fill(1::bigint, ARRAY[count(*)::integer]))
-            FROM sup s HAVING count(*) > 0),
-        chg AS (
-            INSERT INTO change_private.outbox (channel, kind, payload, readers)
-            SELECT 'jobs:' || s.topic, 'superseded', jsonb_build_object('ids', jsonb_agg(s.id ORDER BY s.id)), '{}'
-            FROM sup s GROUP BY s.topic
-            RETURNING 1)
-        SELECT (SELECT count(*) FROM cnt) + (SELECT count(*) FROM chg) INTO v_sup;
+        PERFORM job_private.supersede(v_keys, v_ids);
     END IF;
 
     PERFORM job_private.count(array_agg(t.topic), array_agg(t.counter), array_agg(t.n))
