@@ -7,7 +7,7 @@
 -- its completion must commit together, which on River takes a transaction per job (the claim, the
 -- hook, river.JobCompleteTx) and a WAL flush per job; a step here takes a hundred jobs in one.
 -- Measured on the same 20,000 no-op SQL hook jobs (BENCHMARKS.md, workload 12): River so, 400
--- workers, about 1,000 jobs/s; these steps, 4 workers, about 6,500 jobs/s.
+-- workers, 700 to 1,000 jobs/s; these steps, 4 workers, 6,000 to 6,500 jobs/s.
 --
 -- Deduplication (the seed's deduper; its Redis keys are rows of job.dedup): a job whose unique
 -- hash is claimed by another job until later than now is deduplicated; so is a job of a step

@@ -117,18 +117,28 @@ $$;
 COMMENT ON FUNCTION job_private.report_event(purge.reports, text) IS
     'The event of purge report p_report with action_type p_action (Start, Progress or Finish), as sql/job/06_sources.sql describes it. Raises nothing.';
 
-CREATE FUNCTION job_private.tg_reports__events()
+-- Two trigger functions, one per statement kind: an INSERT trigger has no old_reports.
+CREATE FUNCTION job_private.tg_reports__started()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF NOT job_private.source_on('purge_reports') THEN
-        RETURN NULL;
-    END IF;
-    IF TG_OP = 'INSERT' THEN
+    IF job_private.source_on('purge_reports') THEN
         PERFORM job_private.source_schedule(jsonb_agg(job_private.report_event(n, 'Start') ORDER BY n.execution_date))
         FROM new_reports n;
-    ELSE
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION job_private.tg_reports__started() IS
+    'Statement trigger of purge.reports on INSERT (transition table new_reports): when source purge_reports is on (job_private.source_on), schedules one event per report created: resource_type PurgeReport, action_type Start, resource_url /purge/reports/{execution_date}, payload {execution_date, mode, unit_of_works_to_delete, unit_of_works_deleted, finished_at}.';
+
+CREATE FUNCTION job_private.tg_reports__advanced()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF job_private.source_on('purge_reports') THEN
         PERFORM job_private.source_schedule(jsonb_agg(job_private.report_event(n,
                     CASE WHEN o.finished_at IS NULL AND n.finished_at IS NOT NULL THEN 'Finish' ELSE 'Progress' END)
                     ORDER BY n.execution_date))
@@ -139,10 +149,10 @@ BEGIN
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION job_private.tg_reports__events() IS
-    'Statement trigger of purge.reports (transition tables new_reports, and old_reports on update): when source purge_reports is on (job_private.source_on), schedules one event per report created (action_type Start), closed (Finish) or advanced by a batch that deleted or dropped something (Progress): resource_type PurgeReport, resource_url /purge/reports/{execution_date}, payload {execution_date, mode, unit_of_works_to_delete, unit_of_works_deleted, finished_at}.';
+COMMENT ON FUNCTION job_private.tg_reports__advanced() IS
+    'Statement trigger of purge.reports on UPDATE (transition tables new_reports and old_reports): when source purge_reports is on (job_private.source_on), schedules one event per report closed (action_type Finish) or advanced by a batch that deleted units of work or dropped partitions (Progress), as job_private.tg_reports__started; an update that did neither is no event.';
 
 CREATE TRIGGER reports_job_events_insert AFTER INSERT ON purge.reports
-    REFERENCING NEW TABLE AS new_reports FOR EACH STATEMENT EXECUTE FUNCTION job_private.tg_reports__events();
+    REFERENCING NEW TABLE AS new_reports FOR EACH STATEMENT EXECUTE FUNCTION job_private.tg_reports__started();
 CREATE TRIGGER reports_job_events_update AFTER UPDATE ON purge.reports
-    REFERENCING NEW TABLE AS new_reports OLD TABLE AS old_reports FOR EACH STATEMENT EXECUTE FUNCTION job_private.tg_reports__events();
+    REFERENCING NEW TABLE AS new_reports OLD TABLE AS old_reports FOR EACH STATEMENT EXECUTE FUNCTION job_private.tg_reports__advanced();
