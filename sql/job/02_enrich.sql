@@ -56,14 +56,18 @@ COMMENT ON FUNCTION job_private.count(text[], text[], bigint[]) IS
 -- Superseding probes jobs_work_idx (pending superceedable jobs by work_key and id) once per work
 -- key of the call for jobs older than the call's newest of that key (OFFSET 0 keeps each probe a
 -- probe rather than a join that reads every pending job); a call with nothing to replace costs
--- those probes and nothing else. Planned for each call (force_custom_plan), on the table as it is:
--- a plan made once, when the table was empty (after a TRUNCATE, say), probed the pending jobs
--- whole through jobs_ready_idx for every key, and kept doing so as they grew (observed: one call
--- of 1,000 events running for minutes). The changes are made from what the UPDATE returns.
+-- those probes and nothing else. The plan is pinned to that: made for each call on the table as
+-- it is (force_custom_plan), with sequential scans off (jit off, so that the planner's penalty for
+-- them never turns JIT on). Left to the planner, a probe read the pending jobs whole for every key
+-- (a plan made once when the table was empty, after a TRUNCATE, kept as it grew; and even planned
+-- per call, in the bench's dispatch runs): one call of 1,000 events ran for minutes with 1,000
+-- jobs pending. The changes are made from what the UPDATE returns.
 CREATE FUNCTION job_private.supersede(p_keys text[], p_ids bigint[])
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_custom_plan
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_n bigint;
