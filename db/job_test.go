@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -219,6 +220,27 @@ func TestJobUniqueHashIsStable(t *testing.T) {
 	require.Equal(t, h(rows[0].JobIds[0]), e.str(`SELECT api.job_unique_hash('{"job_type": "invalidate", "payload": {"b": [1, 2], "a": 1}}', '{payload,job_type}')`))
 	require.Equal(t, h(rows[0].JobIds[0]),
 		e.str(`SELECT encode(sha256(convert_to('{"payload": {"a": 1, "b": [1, 2]}, "job_type": "invalidate"}', 'UTF8')), 'hex')`))
+
+	// The scheduler writes the canonical text out field by field: it is jsonb's text of the object,
+	// for every key list and for values that need escaping, nulls, numbers as written.
+	require.Equal(t, "0", e.str(`
+		WITH jobs (topic, props, rt, at, url, payload, ts, gen) AS (VALUES
+			('t"1', '{"due": 0, "expires": 5.0, "job_type": "a\\b", "priority": 1, "retry_limit": 3, "superceedable": true}'::jsonb,
+			 'Post', 'Up"date', '/p/é?x=1&y="2"', '{"b": [1, 2.50, null], "a": "\u0001 tab\t"}'::jsonb, '"2024-01-01T00:00:00Z"'::jsonb, 2),
+			('t', '{"due": 1, "expires": 5, "job_type": "x", "priority": 3, "retry_limit": 0, "superceedable": false}', 'R', 'A', NULL, NULL, NULL, 1),
+			('t', '{"due": 1, "expires": 5, "job_type": "x", "priority": 3, "retry_limit": 0, "superceedable": false}', 'R', 'A', '', '"s"', '1700000000000', 1)),
+		lists (k) AS (SELECT job_private.job_fields() UNION ALL SELECT ARRAY[f] FROM unnest(job_private.job_fields()) f
+		              UNION ALL VALUES ('{payload,job_type}'::text[]), ('{timestamp,job_type,payload,payload}'), ('{generation,resource_url,due}'))
+		SELECT count(*)::text FROM jobs j CROSS JOIN lists l
+		WHERE job_private.key_text(job_private.key_flags(l.k), j.topic, j.props, j.rt, j.at, j.url, j.payload, j.ts, j.gen)
+		      IS DISTINCT FROM (SELECT jsonb_object_agg(f, coalesce(d -> f, 'null'))::text
+		                        FROM (SELECT j.props || jsonb_build_object('topic', j.topic, 'resource_type', j.rt, 'action_type', j.at,
+		                                     'resource_url', j.url, 'payload', j.payload, 'timestamp', j.ts, 'generation', j.gen) AS d) x,
+		                             unnest(l.k) f)`))
+	// So is the text of a work key, jsonb's text of its array.
+	require.Equal(t, "0", e.str(`
+		SELECT count(*)::text FROM (VALUES ('t"1', 'a\\b', 'Post', '/p/é?x="2"', 'tok\t'), ('t', 'x', 'R', NULL, NULL)) AS w (a, b, c, d, e)
+		WHERE job_private.work_text(w.a, w.b, w.c, w.d, w.e) IS DISTINCT FROM jsonb_build_array(w.a, w.b, w.c, w.d, w.e)::text`))
 }
 
 func TestJobDeduplicationCauses(t *testing.T) {
@@ -484,4 +506,48 @@ func TestJobStateChangesArePublished(t *testing.T) {
 	// One change per topic, kind and statement, ids only, admins only (readers {}).
 	require.Equal(t, "jobs:config loaded {}|jobs:t1 deduplicated ["+itoa(rows[1].JobIds[0])+"] {}|jobs:t1 done ["+itoa(rows[0].JobIds[0])+"] {}|jobs:t1 scheduled ["+itoa(rows[0].JobIds[0])+", "+itoa(rows[1].JobIds[0])+"] {}",
 		e.str(`SELECT string_agg(concat_ws(' ', channel, kind, payload -> 'ids', readers::text), '|' ORDER BY channel, kind) FROM change_private.outbox WHERE channel LIKE 'jobs:%'`))
+}
+
+func TestJobSourcesSeriesWritesAndPurgeReports(t *testing.T) {
+	b := accountSetup(t)
+	b.tree(t)
+	holder := b.seriesHolder(t, "position/wgs84")
+	e := &jobEnv{t: t, tx: b.tx, q: b.q, ctx: b.ctx}
+	routes := `INSERT INTO job.config_routes VALUES (20, '^Append$', '^Series$', 'series'), (21, '.', '^PurgeReport$', 'purge')`
+	e.load(jobBase + "sources:\n  series_writes: True\n  purge_reports: True\n")
+	e.exec(routes)
+	jobs := func(topic string) string {
+		return e.str(`SELECT coalesce(string_agg(concat_ws(' ', action_type, resource_url, payload ->> 'unit_of_works_deleted'), '|' ORDER BY id), '')
+		              FROM job.jobs WHERE topic = $1`, topic)
+	}
+
+	// A series write: one event per series it wrote, whether its pending metadata update is new or
+	// merged into one waiting.
+	points := `{"format": "flatJSON", "fields": ["deltaTime", "latitude", "longitude"], "points": [[0, 1, 2], [1, 2, 3]]}`
+	require.NoError(t, b.seriesAppend(t, b.personal, holder, points))
+	require.NoError(t, b.seriesAppend(t, b.personal, holder, strings.ReplaceAll(points, "[0, 1, 2]", "[5, 1, 2]")))
+	url := "/alice/events/" + holder + "/series"
+	require.Equal(t, "Append "+url+"|Append "+url, jobs("series"))
+	require.Equal(t, `{"event_id": "`+holder+`", "username": "alice"}`,
+		e.str(`SELECT (payload - 'data_min' - 'data_max')::text FROM job.jobs WHERE topic = 'series' LIMIT 1`))
+
+	// A purge: the report started, advanced by each batch that deleted something, finished.
+	setPurgeConfig(t, b.tx, `{"fetch-size": 2, "parallelism": 1}`)
+	for i := range 3 {
+		seedUnitOfWork(t, b.tx, "old-"+itoa(int64(i)), "", "2021-01-01T00:00:00Z", "2021-01-02T00:00:00Z", "")
+	}
+	for _, d := range []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second} {
+		_, err := b.q.PurgeBatch(b.ctx, db.PurgeBatchParams{Now: seedDay.Add(d), BatchLimit: 2})
+		require.NoError(t, err)
+	}
+	r := "/purge/reports/2023-05-17"
+	require.Equal(t, "Start "+r+" 0|Progress "+r+" 2|Progress "+r+" 3|Finish "+r+" 3", jobs("purge"))
+
+	// Off: nothing more.
+	e.load(jobBase)
+	e.exec(routes)
+	require.NoError(t, b.seriesAppend(t, b.personal, holder, strings.ReplaceAll(points, "[0, 1, 2]", "[9, 1, 2]")))
+	_, err := b.q.PurgeBatch(b.ctx, db.PurgeBatchParams{Now: seedDay.Add(24 * time.Hour), BatchLimit: 2})
+	require.NoError(t, err)
+	require.Equal(t, "2 4", e.str(`SELECT (SELECT count(*) FROM job.jobs WHERE topic = 'series') || ' ' || (SELECT count(*) FROM job.jobs WHERE topic = 'purge')`))
 }

@@ -764,7 +764,7 @@ type JobConfig struct {
 	AffectedURL *string `json:"affectedUrl"`
 	// The enricher's defaults.job_properties, completed with Silo's own defaults (job_type invalidate, priority 1, due 0, expires 5, superceedable false, retry_limit 3).
 	Defaults json.RawMessage `json:"defaults"`
-	// sources: Silo's own changes that become events of the job service (profile_updates: every write of the profile store, sql/job/06_sources.sql).
+	// sources: Silo's own changes that become events of the job service: profile_updates (every write of the profile store), series_writes (every append of series points), purge_reports (the purge's reports started, advanced and finished); sql/job/06_sources.sql.
 	Sources []string `json:"sources"`
 }
 
@@ -780,7 +780,7 @@ type JobConfigEnrich struct {
 	ResourceType *string `json:"resourceType"`
 	// match.job_type: for a hook's jobs, the parent's job_type must equal it (NULL: any).
 	JobType *string `json:"jobType"`
-	// The job fields whose values form the unique hash (sql/job/02_enrich.sql gives the canonical form).
+	// The job fields whose values form the unique hash (sql/job/02_key.sql gives the canonical form).
 	KeyFields []string `json:"keyFields"`
 	// The properties the rule sets (superceedable, job_type, priority, due, expires, retry_limit), over the defaults.
 	JobProperties json.RawMessage `json:"jobProperties"`
@@ -872,9 +872,9 @@ type JobJob struct {
 	Generation int32 `json:"generation"`
 	// The job whose hook made this one (NULL for a job made from an event).
 	ParentID *int64 `json:"parentId"`
-	// The unique hash over the rule's key_fields (hex SHA-256 of the canonical form, sql/job/02_enrich.sql): the deduplication key and the HTTP hook's Idempotency-Key.
+	// The unique hash over the rule's key_fields (hex SHA-256 of the canonical form, sql/job/02_key.sql): the deduplication key and the HTTP hook's Idempotency-Key.
 	UniqueHash string `json:"uniqueHash"`
-	// What "the same work" is for superseding: hex SHA-256 of topic, job_type, resource_type, resource_url and the payload's access_token (sql/job/02_enrich.sql).
+	// What "the same work" is for superseding: hex SHA-256 of topic, job_type, resource_type, resource_url and the payload's access_token (sql/job/02_key.sql).
 	WorkKey string `json:"workKey"`
 	// The event's resource_type.
 	ResourceType string `json:"resourceType"`

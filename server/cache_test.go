@@ -43,15 +43,24 @@ func cacheGet(t *testing.T, base, path, auth string, hdr map[string]string) cach
 	return cacheResp{resp.StatusCode, string(raw), resp.Header}
 }
 
+// cacheServers starts two servers on the test's database, each with an API cache of its own (two
+// Silo processes).
+func cacheServers(t *testing.T, b *testBundle) (*httptest.Server, *httptest.Server) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var out [2]*httptest.Server
+	for i := range out {
+		out[i] = httptest.NewServer(server.New(server.Config{Pool: b.pool, Version: "test", CacheContext: ctx}))
+		t.Cleanup(out[i].Close)
+	}
+	return out[0], out[1]
+}
+
 func TestAPICache(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	s1 := httptest.NewServer(server.New(server.Config{Pool: b.pool, Version: "test", CacheContext: ctx}))
-	s2 := httptest.NewServer(server.New(server.Config{Pool: b.pool, Version: "test", CacheContext: ctx}))
-	t.Cleanup(s1.Close)
-	t.Cleanup(s2.Close)
+	s1, s2 := cacheServers(t, b)
 	_, err := b.pool.Exec(context.Background(), `SELECT api.cache_config_load('{
 		"GET/profiles/{profileType}/{correlationId}/": {"defaults": {"action": "cache", "session": "false", "expires": "60000 ms"}},
 		"GET/profiles/{profileType}/{correlationId}/grain/{a}": {"defaults": {"action": "cache", "session": true, "expires": 60000}}}')`)
@@ -114,4 +123,63 @@ func TestAPICache(t *testing.T) {
 	// A path no rule names is not cached.
 	h := cacheGet(t, s1.URL, "/healthz", "", nil)
 	require.Empty(t, h.header.Get("X-Silo-Cache"))
+}
+
+// A rule whose action is invalidate, on a write route: its 2xx answer drops the cached reads of
+// its path and of the paths under it, in every process; other paths keep theirs, and a refused
+// write drops nothing.
+func TestAPICacheInvalidateRule(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s1, s2 := cacheServers(t, b)
+	_, err := b.pool.Exec(context.Background(), `CREATE FUNCTION public.cache_cb(h jsonb, p jsonb) RETURNS jsonb LANGUAGE sql AS 'SELECT NULL::jsonb'`)
+	require.NoError(t, err)
+	a := "Bearer " + b.admin
+	var belts []string
+	for _, name := range []string{"one", "two"} {
+		code, body := b.do(t, "POST", "/belts", a, `{"name": "`+name+`", "eventTypes": ["t"], "sqlCallback": "cache_cb"}`)
+		require.Equal(t, 201, code, body)
+		belts = append(belts, "/belts/"+body["id"].(string))
+	}
+	_, err = b.pool.Exec(context.Background(), `SELECT api.cache_config_load('{
+		"GET/belts/{id}": {"defaults": {"action": "cache", "expires": 60000}},
+		"GET/belts/{id}/state": {"defaults": {"action": "cache", "expires": 60000}},
+		"PUT/belts/{id}": {"defaults": {"action": "invalidate"}}}')`)
+	require.NoError(t, err)
+	reads := []string{belts[0], belts[0] + "/state", belts[1]}
+	for _, base := range []string{s1.URL, s2.URL} {
+		for _, p := range reads {
+			cacheGet(t, base, p, a, nil)
+			require.Equal(t, "hit", cacheGet(t, base, p, a, nil).header.Get("X-Silo-Cache"), base+p)
+		}
+	}
+	put := func(body string) int {
+		t.Helper()
+		req, err := http.NewRequest("PUT", s1.URL+belts[0], strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", a)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// Refused (400): nothing dropped.
+	require.Equal(t, 400, put(`{"colour": "red"}`))
+	require.Equal(t, "hit", cacheGet(t, s1.URL, belts[0], a, nil).header.Get("X-Silo-Cache"))
+
+	require.Equal(t, 200, put(`{"description": "changed"}`))
+	var left string
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT string_agg(DISTINCT path, ',') FROM cache.entries`).Scan(&left))
+	require.Equal(t, belts[1], left)
+	// The other process drops its front entries on the notification (a miss there stores the
+	// entry again, so each process is asked for a path of its own).
+	require.Eventually(t, func() bool {
+		return cacheGet(t, s2.URL, belts[0]+"/state", a, nil).header.Get("X-Silo-Cache") == "miss"
+	}, 2*time.Second, 10*time.Millisecond)
+	g := cacheGet(t, s1.URL, belts[0], a, nil)
+	require.Equal(t, "miss", g.header.Get("X-Silo-Cache"))
+	require.Contains(t, g.body, "changed")
+	for _, base := range []string{s1.URL, s2.URL} {
+		require.Equal(t, "hit", cacheGet(t, base, belts[1], a, nil).header.Get("X-Silo-Cache"), base)
+	}
 }

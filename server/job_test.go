@@ -2,16 +2,24 @@ package server_test
 
 // The job service over HTTP: POST /job-events (tokens that may write; one or many events; the
 // Idempotency-Key), GET /jobs, /jobs/{id}, /jobs/stats (admin tokens), the statuses of refused
-// input. The rules are tested in SQL (db/job_test.go).
+// input, the counters on /metrics. The rules are tested in SQL (db/job_test.go).
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/silo-db/silo/db"
+	"github.com/silo-db/silo/db/dbtest"
+	"github.com/silo-db/silo/server"
+	"github.com/silo-db/silo/worker"
 )
 
 func TestJobAPI(t *testing.T) {
@@ -97,4 +105,81 @@ func TestJobAPI(t *testing.T) {
 	topics := body["topics"].([]any)
 	require.Equal(t, "cache", topics[0].(map[string]any)["topic"])
 	require.Equal(t, 3.0, topics[0].(map[string]any)["scheduled"])
+}
+
+// jobMetricsConfig: topic m with a SQL hook that fails a job whose payload says fail and makes a
+// child of a job whose payload says spawn (beyond generations_limit 1: discarded); Update jobs are
+// superceedable, Expire jobs expire at once, no retries.
+const jobMetricsConfig = `{
+	"job_scheduler": {"job_rules": [{"action_type": ".", "resource_type": "^Post$", "topic": "m"}]},
+	"topics": {"m": [{"match": {"action_type": "Update"}, "key_fields": ["payload"], "job_properties": {"superceedable": true}},
+	                 {"match": {"action_type": "Expire"}, "key_fields": ["payload"], "job_properties": {"expires": 0}}]},
+	"defaults": {"job_properties": {"retry_limit": 0}},
+	"job_publisher": {"generations_limit": 1},
+	"job_consumers": [{"name": "m", "topics": ["m"], "hook": "sql:public.metrics_hook", "priority_ranges": [{"range": [0, 9], "pool_size": 1}]}]}`
+
+// The job service's counters on /metrics (worker.NewJobStatsCollector on the server's registry, as
+// silo serve has it): each appears with its topic and moves with what happens to the jobs.
+func TestJobMetrics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(worker.NewJobStatsCollector(pool))
+	srv := httptest.NewServer(server.New(server.Config{Pool: pool, Version: "test", Registry: reg}))
+	t.Cleanup(srv.Close)
+	_, err := pool.Exec(ctx, `CREATE FUNCTION public.metrics_hook(p jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+	BEGIN
+		IF p -> 'payload' ? 'fail' THEN RAISE EXCEPTION 'hook failed'; END IF;
+		IF p -> 'payload' ? 'spawn' THEN RETURN '[{"topic": "m", "update_fields": {}}]'; END IF;
+		RETURN NULL;
+	END $$`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `SELECT api.job_config_load($1)`, jobMetricsConfig)
+	require.NoError(t, err)
+	q := db.New(pool)
+	counters := func() map[string]string {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/metrics")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		out := map[string]string{}
+		for _, l := range strings.Split(string(raw), "\n") {
+			for _, name := range []string{`silo_job_counter_total{counter="`, `silo_jobs_waiting{state="`} {
+				if rest, ok := strings.CutPrefix(l, name); ok {
+					k, v, _ := strings.Cut(rest, `",topic="m"} `)
+					out[k] = v
+				}
+			}
+		}
+		return out
+	}
+	require.Empty(t, counters(), "no job yet, no topic")
+
+	ingest := func(events string) {
+		t.Helper()
+		_, err := q.JobEventIngest(ctx, json.RawMessage(events))
+		require.NoError(t, err)
+	}
+	ingest(`{"resource_type": "Post", "action_type": "Update", "payload": {"v": 1}, "resource_url": "/p/1"}`)
+	require.Equal(t, map[string]string{"scheduled": "1", "deduplicated": "0", "superseded": "0", "expired": "0", "dispatched": "0",
+		"failed": "0", "retried": "0", "discarded_generation": "0", "pending": "1", "running": "0"}, counters())
+
+	ingest(`{"resource_type": "Post", "action_type": "Update", "payload": {"v": 2}, "resource_url": "/p/1"}`) // supersedes v 1
+	ingest(`[{"resource_type": "Post", "action_type": "Expire", "payload": 1},
+	         {"resource_type": "Post", "action_type": "Create", "payload": {"d": 1}},
+	         {"resource_type": "Post", "action_type": "Create", "payload": {"d": 1}},
+	         {"resource_type": "Post", "action_type": "Create", "payload": {"fail": 1}},
+	         {"resource_type": "Post", "action_type": "Create", "payload": {"spawn": 1}}]`)
+	for {
+		r, err := q.JobDispatch(ctx, db.JobDispatchParams{Topic: "m", Lo: 0, Hi: 9, MaxJobs: 100})
+		require.NoError(t, err)
+		if *r.Taken == 0 {
+			break
+		}
+	}
+	require.Equal(t, map[string]string{"scheduled": "7", "deduplicated": "1", "superseded": "1", "expired": "1", "dispatched": "3",
+		"failed": "1", "retried": "0", "discarded_generation": "1", "pending": "0", "running": "0"}, counters())
 }

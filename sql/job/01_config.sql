@@ -148,11 +148,11 @@ BEGIN
     v_e := p_config -> 'sources';
     IF v_e IS NOT NULL AND v_e <> 'null' THEN
         IF jsonb_typeof(v_e) <> 'object' THEN
-            PERFORM job_private.bad('sources', 'must be a mapping of source to True or False (profile_updates)');
+            PERFORM job_private.bad('sources', 'must be a mapping of source to True or False (profile_updates, series_writes, purge_reports)');
         END IF;
         FOR v_key IN SELECT jsonb_object_keys(v_e) LOOP
-            IF v_key NOT IN ('profile_updates') THEN
-                PERFORM job_private.bad('sources.' || v_key, 'unknown source (known: profile_updates)');
+            IF v_key NOT IN ('profile_updates', 'series_writes', 'purge_reports') THEN
+                PERFORM job_private.bad('sources.' || v_key, 'unknown source (known: profile_updates, series_writes, purge_reports)');
             ELSIF jsonb_typeof(v_e -> v_key) <> 'boolean' THEN
                 PERFORM job_private.bad('sources.' || v_key, 'must be True or False');
             ELSIF (v_e ->> v_key)::boolean THEN
@@ -174,7 +174,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION api.job_config_load(jsonb) IS
-    'Checks and stores the job service''s configuration p_config (the seed''s YAML as JSON: job_scheduler.job_rules, the enricher''s topics, common and defaults (at the top level or under enricher), deduper.unique_id_expiry (default 60000 ms), job_publisher.generations_limit (default 3), feed_manager.worker_url, cache_manager (ppro_user_id/token_endpoint, and rules at the top level or under cache_manager), job_consumers, sources (profile_updates: True routes the profile store''s writes as events, sql/job/06_sources.sql); kafka, job_scheduler.kafka and job_manager are accepted and ignored), replacing the previous one whole, in job.config, job.config_routes, job.config_enrich, job.config_pools and job.config_generations. Returns the new version. Notifies silo_job_config (the running processes reload their pools) and publishes kind loaded on channel jobs:config. Raises SJCFG with the offending key (such as job_consumers[1].priority_ranges[2].pool_size) and what is wrong.';
+    'Checks and stores the job service''s configuration p_config (the seed''s YAML as JSON: job_scheduler.job_rules, the enricher''s topics, common and defaults (at the top level or under enricher), deduper.unique_id_expiry (default 60000 ms), job_publisher.generations_limit (default 3), feed_manager.worker_url, cache_manager (ppro_user_id/token_endpoint, and rules at the top level or under cache_manager), job_consumers, sources (profile_updates, series_writes, purge_reports: True routes the profile store''s writes, the appends of series points, the purge reports as events, sql/job/06_sources.sql); kafka, job_scheduler.kafka and job_manager are accepted and ignored), replacing the previous one whole, in job.config, job.config_routes, job.config_enrich, job.config_pools and job.config_generations. Returns the new version. Notifies silo_job_config (the running processes reload their pools) and publishes kind loaded on channel jobs:config. Raises SJCFG with the offending key (such as job_consumers[1].priority_ranges[2].pool_size) and what is wrong.';
 
 -- A view rather than RETURNS TABLE, so that sqlc reads its row type.
 CREATE VIEW api.job_pools AS

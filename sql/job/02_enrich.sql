@@ -10,22 +10,7 @@
 -- names equals the event's (job_type: the job's, for the jobs of hooks). Without a rule, the
 -- defaults, and the key fields topic, job_type, resource_type, action_type, resource_url, payload.
 --
--- The unique hash (the canonical form): the lowercase hex SHA-256 of the UTF-8 text of the jsonb
--- object {key_field: value, ...}, one member per key field (a field the job lacks is null), where
--- a value is the job's: its properties as enriched (job_type, priority, due, expires,
--- superceedable, retry_limit, as numbers and booleans), topic, generation, and the event's
--- resource_type, action_type, resource_url, payload and timestamp as they came (JSON). jsonb's text
--- is canonical: keys sorted (by length, then bytes), one spacing, so the same values give the same
--- hash whatever the order of keys or the spacing of the input. Numbers keep their written scale
--- (1 and 1.0 are different text, hence different hashes): send a number one way. The same
--- expression in psql: encode(sha256(convert_to(jsonb_build_object(...)::text, 'UTF8')), 'hex').
---
--- Superseding, "the same work": two jobs do the same work when they have the same topic, job_type,
--- resource_type and resource_url, and the same session when they are for one (the payload's
--- access_token, as the cache hook's jobs per affected user have it) (work_key: hex SHA-256 of the
--- jsonb array of these five). A job
--- published while an older superceedable job of the same work is pending replaces it: the older
--- becomes superseded (superseded_by the newer). Running jobs are not replaced.
+-- The unique hash and the work key (superseding): sql/job/02_key.sql.
 
 CREATE TYPE job_private.draft AS (
     ord           integer,
@@ -53,33 +38,6 @@ $$;
 COMMENT ON FUNCTION job_private.default_key_fields() IS
     'The key fields of a job no enrichment rule matches: topic, job_type, resource_type, action_type, resource_url, payload. Raises nothing.';
 
--- STABLE, not IMMUTABLE: jsonb_build_object is STABLE, and PostgreSQL inlines a SQL function only
--- when it is not declared stricter than what it calls.
-CREATE FUNCTION job_private.unique_hash(p_topic text, p_props jsonb, p_resource_type text, p_action_type text,
-                                        p_resource_url text, p_payload jsonb, p_ts jsonb, p_generation integer,
-                                        p_key_fields text[])
-RETURNS text
-LANGUAGE sql STABLE
-AS $$
-    SELECT encode(sha256(convert_to(jsonb_object_agg(f.k, coalesce(d.doc -> f.k, 'null'::jsonb))::text, 'UTF8')), 'hex')
-    FROM (SELECT p_props || jsonb_build_object('topic', p_topic, 'resource_type', p_resource_type,
-                                               'action_type', p_action_type, 'resource_url', p_resource_url,
-                                               'payload', p_payload, 'timestamp', p_ts, 'generation', p_generation) AS doc) d
-    CROSS JOIN unnest(p_key_fields) AS f(k);
-$$;
-COMMENT ON FUNCTION job_private.unique_hash(text, jsonb, text, text, text, jsonb, jsonb, integer, text[]) IS
-    'A job''s unique hash over p_key_fields: lowercase hex SHA-256 of the text of the jsonb object {field: value} (the canonical form, sql/job/02_enrich.sql). Raises nothing.';
-
-CREATE FUNCTION api.job_unique_hash(p_job jsonb, p_key_fields text[])
-RETURNS text
-LANGUAGE sql STABLE
-AS $$
-    SELECT encode(sha256(convert_to(jsonb_object_agg(f.k, coalesce(p_job -> f.k, 'null'::jsonb))::text, 'UTF8')), 'hex')
-    FROM unnest(p_key_fields) AS f(k);
-$$;
-COMMENT ON FUNCTION api.job_unique_hash(jsonb, text[]) IS
-    'The unique hash a job document p_job (its fields: topic, job_type, priority, due, expires, superceedable, retry_limit, resource_type, action_type, resource_url, payload, timestamp, generation) has over p_key_fields, in the documented canonical form: lowercase hex SHA-256 of the UTF-8 text of jsonb {field: value} (absent fields null). For checking a hash by hand; the scheduler computes the same. Raises nothing.';
-
 CREATE FUNCTION job_private.count(p_topics text[], p_counters text[], p_ns bigint[])
 RETURNS void
 LANGUAGE sql VOLATILE
@@ -95,78 +53,111 @@ $$;
 COMMENT ON FUNCTION job_private.count(text[], text[], bigint[]) IS
     'Adds p_ns[i] to counter p_counters[i] of topic p_topics[i] in job.counters (this backend''s shard). Raises nothing.';
 
--- One INSERT for all the drafts; the superseding UPDATE only when one of them could replace a
--- pending job; the counters and one change per topic and call.
+-- Superseding probes jobs_work_idx (pending superceedable jobs by work_key and id) once per work
+-- key of the call for jobs older than the call's newest of that key (OFFSET 0 keeps each probe a
+-- probe rather than a join that reads every pending job); a call with nothing to replace costs
+-- those probes and nothing else. The plan is pinned to that: made for each call on the table as
+-- it is (force_custom_plan), with sequential scans off (jit off, so that the planner's penalty for
+-- them never turns JIT on). Left to the planner, a probe read the pending jobs whole for every key
+-- (a plan made once when the table was empty, after a TRUNCATE, kept as it grew; and even planned
+-- per call, in the bench's dispatch runs): one call of 1,000 events ran for minutes with 1,000
+-- jobs pending. The probes are made once (MATERIALIZED): inlined into the UPDATE, they could be
+-- redone for every row of the table. The changes are made from what the UPDATE returns.
+CREATE FUNCTION job_private.supersede(p_keys text[], p_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_custom_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    v_n bigint;
+BEGIN
+    WITH newest AS MATERIALIZED (SELECT k.key, max(k.id) AS id FROM unnest(p_keys, p_ids) AS k(key, id) GROUP BY k.key),
+    older AS MATERIALIZED (
+        SELECT o.id, n.id AS newer
+        FROM newest n
+        CROSS JOIN LATERAL (SELECT j.id FROM job.jobs j
+                            WHERE j.work_key = n.key AND j.state = 'pending' AND j.superceedable AND j.id < n.id
+                            OFFSET 0) o),
+    sup AS (
+        UPDATE job.jobs j SET state = 'superseded', superseded_by = o.newer, finished_at = now()
+        FROM older o
+        WHERE j.id = o.id AND j.state = 'pending'
+        RETURNING j.id, j.topic),
+    cnt AS (
+        SELECT job_private.count(array_agg(s.topic), array_fill('superseded'::text, ARRAY[count(*)::integer]), array_fill(1::bigint, ARRAY[count(*)::integer]))
+        FROM sup s HAVING count(*) > 0),
+    chg AS (
+        INSERT INTO change_private.outbox (channel, kind, payload, readers)
+        SELECT 'jobs:' || s.topic, 'superseded', jsonb_build_object('ids', jsonb_agg(s.id ORDER BY s.id)), '{}'
+        FROM sup s GROUP BY s.topic
+        RETURNING 1)
+    SELECT (SELECT count(*) FROM sup) INTO v_n
+    FROM (SELECT count(*) FROM cnt) c1, (SELECT count(*) FROM chg) c2;
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION job_private.supersede(text[], bigint[]) IS
+    'Supersedes, for each work key of p_keys, the pending superceedable jobs older than the newest of the jobs p_ids (zipped by position with p_keys) that has it: state superseded, superseded_by that job. Counts superseded in job.counters and publishes kind superseded on channels jobs:{topic} (payload {"ids"}). Returns how many jobs it superseded. Raises nothing of its own.';
+
+-- One INSERT for all the drafts, one statement for superseding (job_private.supersede), the
+-- counters and one change per topic and call.
 CREATE FUNCTION job_private.insert_jobs(p_drafts job_private.draft[])
 RETURNS TABLE (ord integer, topic text, id bigint)
 LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_limit integer := (SELECT c.generations_limit FROM job.config c);
+    v_limit integer := coalesce((SELECT c.generations_limit FROM job.config c), 3);
     v_ids   bigint[];
     v_keys  text[];
-    v_sup   bigint;
 BEGIN
-    WITH ins AS (
+    -- What depends on a draft's properties and key fields alone is computed once per distinct
+    -- pair of the call (a rule's jobs share theirs): the typed properties, the due and expiry
+    -- times, the key's field flags.
+    WITH kinds AS MATERIALIZED (
+        SELECT k.props, k.key_fields, job_private.key_flags(k.key_fields) AS flags,
+               k.props ->> 'job_type' AS job_type, (k.props ->> 'priority')::integer AS priority,
+               (k.props ->> 'superceedable')::boolean AS superceedable, (k.props ->> 'retry_limit')::integer AS retry_limit,
+               now() + (k.props ->> 'due')::numeric * interval '1 minute' AS due_at,
+               now() + (k.props ->> 'expires')::numeric * interval '1 minute' AS expires_at
+        FROM (SELECT DISTINCT d.props, d.key_fields FROM unnest(p_drafts) d WHERE d.generation <= v_limit) k),
+    ins AS (
         INSERT INTO job.jobs (topic, job_type, priority, superceedable, retry_limit, generation, parent_id, unique_hash,
                               work_key, resource_type, action_type, resource_url, payload, event_ts, properties,
                               due_at, expires_at)
-        SELECT d.topic, d.props ->> 'job_type', (d.props ->> 'priority')::integer, (d.props ->> 'superceedable')::boolean,
-               (d.props ->> 'retry_limit')::integer, d.generation, d.parent_id,
-               h.hash,
-               encode(sha256(convert_to(jsonb_build_array(d.topic, d.props ->> 'job_type', d.resource_type, d.resource_url,
-                                                          CASE WHEN jsonb_typeof(d.payload -> 'access_token') = 'string'
-                                                               THEN d.payload ->> 'access_token' END)::text, 'UTF8')), 'hex'),
-               d.resource_type, d.action_type, d.resource_url, d.payload, d.event_ts, d.props,
-               now() + (d.props ->> 'due')::numeric * interval '1 minute',
-               now() + (d.props ->> 'expires')::numeric * interval '1 minute'
+        SELECT d.topic, k.job_type, k.priority, k.superceedable, k.retry_limit, d.generation, d.parent_id,
+               encode(sha256(convert_to(job_private.key_text(k.flags, d.topic, d.props, d.resource_type, d.action_type,
+                                                             d.resource_url, d.payload, d.ts, d.generation), 'UTF8')), 'hex'),
+               encode(sha256(convert_to(job_private.work_text(d.topic, k.job_type, d.resource_type, d.resource_url,
+                                                              CASE WHEN jsonb_typeof(d.payload -> 'access_token') = 'string'
+                                                                   THEN d.payload ->> 'access_token' END), 'UTF8')), 'hex'),
+               d.resource_type, d.action_type, d.resource_url, d.payload, d.event_ts, d.props, k.due_at, k.expires_at
         FROM unnest(p_drafts) d
-        -- job_private.unique_hash written out: a function call per job costs more than the hash.
-        CROSS JOIN LATERAL (
-            SELECT encode(sha256(convert_to(jsonb_object_agg(f.k, coalesce(x.doc -> f.k, 'null'::jsonb))::text, 'UTF8')), 'hex') AS hash
-            FROM (SELECT d.props || jsonb_build_object('topic', d.topic, 'resource_type', d.resource_type,
-                                                       'action_type', d.action_type, 'resource_url', d.resource_url,
-                                                       'payload', d.payload, 'timestamp', d.ts, 'generation', d.generation) AS doc) x
-            CROSS JOIN unnest(d.key_fields) AS f(k)) h
-        WHERE d.generation <= coalesce(v_limit, 3)
+        JOIN kinds k ON k.props = d.props AND k.key_fields = d.key_fields
+        WHERE d.generation <= v_limit
         ORDER BY d.ord, d.topic
-        RETURNING job.jobs.id, job.jobs.work_key, job.jobs.topic)
+        RETURNING job.jobs.id, job.jobs.work_key)
     SELECT array_agg(i.id ORDER BY i.id), array_agg(i.work_key ORDER BY i.id)
     INTO v_ids, v_keys
     FROM ins i;
 
-    -- An older pending superceedable job of the same work: superseded by the newest.
-    -- The jobs just inserted have the call's highest ids: an older one has a smaller id than all.
-    IF v_ids IS NOT NULL AND EXISTS (SELECT FROM job.jobs j WHERE j.work_key = ANY (v_keys) AND j.state = 'pending'
-                                        AND j.superceedable AND j.id < v_ids[1]
-                                     UNION ALL
-                                     SELECT FROM unnest(v_keys) k GROUP BY k HAVING count(*) > 1) THEN
-        WITH newest AS (SELECT k.key, max(k.id) AS id FROM unnest(v_keys, v_ids) AS k(key, id) GROUP BY k.key),
-        sup AS (
-            UPDATE job.jobs j SET state = 'superseded', superseded_by = n.id, finished_at = now()
-            FROM newest n
-            WHERE j.work_key = n.key AND j.state = 'pending' AND j.superceedable AND j.id < n.id
-            RETURNING j.id, j.topic)
-        SELECT count(*) INTO v_sup FROM (
-            SELECT job_private.count(array_agg(s.topic), array_fill('superseded'::text, ARRAY[count(*)::integer]), array_fill(1::bigint, ARRAY[count(*)::integer]))
-            FROM sup s HAVING count(*) > 0) x;
-        INSERT INTO change_private.outbox (channel, kind, payload, readers)
-        SELECT 'jobs:' || j.topic, 'superseded', jsonb_build_object('ids', jsonb_agg(j.id ORDER BY j.id)), '{}'
-        FROM job.jobs j
-        WHERE v_sup > 0 AND j.superseded_by = ANY (v_ids)
-        GROUP BY j.topic;
+    IF v_ids IS NOT NULL THEN
+        PERFORM job_private.supersede(v_keys, v_ids);
     END IF;
 
     PERFORM job_private.count(array_agg(t.topic), array_agg(t.counter), array_agg(t.n))
-    FROM (SELECT d.topic, CASE WHEN d.generation <= coalesce(v_limit, 3) THEN 'scheduled' ELSE 'discarded_generation' END AS counter,
+    FROM (SELECT d.topic, CASE WHEN d.generation <= v_limit THEN 'scheduled' ELSE 'discarded_generation' END AS counter,
                  count(*) AS n
           FROM unnest(p_drafts) d GROUP BY 1, 2) t;
     IF v_ids IS NOT NULL THEN
+        -- The ids by topic from the drafts (inserted in (ord, topic) order, they got ascending ids).
         INSERT INTO change_private.outbox (channel, kind, payload, readers)
-        SELECT 'jobs:' || j.topic, 'scheduled', jsonb_build_object('ids', jsonb_agg(j.id ORDER BY j.id)), '{}'
-        FROM job.jobs j WHERE j.id = ANY (v_ids)
-        GROUP BY j.topic;
+        SELECT 'jobs:' || x.topic, 'scheduled', jsonb_build_object('ids', jsonb_agg(x.id ORDER BY x.id)), '{}'
+        FROM (SELECT d.topic, v_ids[row_number() OVER (ORDER BY d.ord, d.topic)] AS id
+              FROM unnest(p_drafts) d WHERE d.generation <= v_limit) x
+        GROUP BY x.topic;
         -- Idle pools are woken: one notification per call, not per job.
         PERFORM pg_notify('silo_job', '');
     END IF;
@@ -176,13 +167,12 @@ BEGIN
     RETURN QUERY
     SELECT d.ord, d.topic, x.id
     FROM (SELECT d.ord, d.topic, row_number() OVER (ORDER BY d.ord, d.topic) AS k
-          FROM unnest(p_drafts) d WHERE d.generation <= coalesce(v_limit, 3)) d
+          FROM unnest(p_drafts) d WHERE d.generation <= v_limit) d
     JOIN (SELECT u.id, u.k FROM unnest(v_ids) WITH ORDINALITY AS u(id, k)) x ON x.k = d.k;
 END
 $$;
 COMMENT ON FUNCTION job_private.insert_jobs(job_private.draft[]) IS
     'Publishes the drafts p_drafts as pending jobs (those beyond job.config.generations_limit are discarded and counted as discarded_generation), supersedes the older pending superceedable jobs of the same work, counts scheduled and superseded in job.counters, publishes kinds scheduled and superseded on channels jobs:{topic} (payload {"ids"}) and notifies silo_job. Returns (ord, topic, id) for each draft published; a draft is known by (ord, topic). Raises nothing of its own.';
-
 CREATE TYPE job_private.scheduled AS (
     ord      integer,
     status   text,
@@ -234,7 +224,7 @@ BEGIN
                     THEN 'resource_url must be a string, got ' || jsonb_typeof(x.e -> 'resource_url')
                 WHEN x.ts IS NOT NULL AND x.ts <> 'null' AND x.event_ts IS NULL
                     THEN 'timestamp must be epoch milliseconds or an ISO 8601 date-time, got ' || left(x.ts::text, 100)
-                WHEN EXISTS (SELECT FROM jsonb_object_keys(x.e) k WHERE k NOT IN ('resource_type', 'action_type', 'payload', 'resource_url', 'timestamp'))
+                WHEN x.e - '{resource_type,action_type,payload,resource_url,timestamp}'::text[] <> '{}'
                     THEN 'unknown field ' || (SELECT min(k) FROM jsonb_object_keys(x.e) k WHERE k NOT IN ('resource_type', 'action_type', 'payload', 'resource_url', 'timestamp'))
                          || ' (known: resource_type, action_type, payload, resource_url, timestamp)'
            END)::job_private.event_in
@@ -250,25 +240,30 @@ BEGIN
                WITH ORDINALITY AS a(e, n)) x
     ORDER BY x.ord);
 
-    -- Route and enrich: one draft per event and topic.
-    SELECT array_agg(ROW(r.ord, r.topic, r.rt, r.at, r.url, r.payload, r.ts, r.event_ts,
-                         v_defaults || coalesce(c.job_properties, '{}'), coalesce(c.key_fields, job_private.default_key_fields()),
-                         1, NULL)::job_private.draft ORDER BY r.g)
+    -- Route and enrich: one draft per event and topic. The rules are matched once per distinct
+    -- pair of resource and action types of the call (the regular expressions and the rule lookup do
+    -- not run per event), and the events joined to their pair's topics and properties.
+    WITH kinds AS MATERIALIZED (
+        SELECT t.rt, t.at, t.topic, t.first, v_defaults || coalesce(c.job_properties, '{}') AS props,
+               coalesce(c.key_fields, job_private.default_key_fields()) AS key_fields
+        FROM (SELECT k.rt, k.at, rr.topic, min(rr.ord) AS first
+              FROM (SELECT DISTINCT e.rt, e.at FROM unnest(v_in) e WHERE e.problem IS NULL) k
+              JOIN job.config_routes rr ON k.at ~ rr.action_type AND k.rt ~ rr.resource_type
+              GROUP BY k.rt, k.at, rr.topic) t
+        LEFT JOIN LATERAL (
+            SELECT c.job_properties, c.key_fields FROM job.config_enrich c
+            WHERE (c.topic = t.topic OR c.topic IS NULL)
+              AND (c.action_type IS NULL OR c.action_type = t.at)
+              AND (c.resource_type IS NULL OR c.resource_type = t.rt)
+              AND c.job_type IS NULL
+            ORDER BY c.topic IS NULL, c.ord
+            LIMIT 1) c ON true)
+    SELECT array_agg(ROW(e.ord, k.topic, e.rt, e.at, e.url, e.payload, e.ts, e.event_ts, k.props, k.key_fields, 1, NULL)::job_private.draft
+                     ORDER BY e.ord, k.first)
     INTO v_drafts
-    FROM (SELECT t.*, row_number() OVER (ORDER BY t.ord, t.first) AS g
-          FROM (SELECT e.ord, e.rt, e.at, e.url, e.payload, e.ts, e.event_ts, rr.topic, min(rr.ord) AS first
-                FROM unnest(v_in) e
-                JOIN job.config_routes rr ON e.at ~ rr.action_type AND e.rt ~ rr.resource_type
-                WHERE e.problem IS NULL
-                GROUP BY e.ord, e.rt, e.at, e.url, e.payload, e.ts, e.event_ts, rr.topic) t) r
-    LEFT JOIN LATERAL (
-        SELECT c.job_properties, c.key_fields FROM job.config_enrich c
-        WHERE (c.topic = r.topic OR c.topic IS NULL)
-          AND (c.action_type IS NULL OR c.action_type = r.at)
-          AND (c.resource_type IS NULL OR c.resource_type = r.rt)
-          AND c.job_type IS NULL
-        ORDER BY c.topic IS NULL, c.ord
-        LIMIT 1) c ON true;
+    FROM unnest(v_in) e
+    JOIN kinds k ON k.rt = e.rt AND k.at = e.at
+    WHERE e.problem IS NULL;
 
     RETURN QUERY
     SELECT e.ord,
@@ -299,7 +294,7 @@ AS $$
     SELECT 1, s.ord, s.status, s.job_ids, s.topics, s.sqlstate, s.reason, false FROM job_private.schedule(p_events) s;
 $$;
 COMMENT ON FUNCTION api.job_event_ingest(jsonb) IS
-    'Schedules jobs from events, as psql''s counterpart of POST /job-events. p_events (no default): one event {"resource_type": string, "action_type": string, "payload": any JSON, "resource_url": string (optional), "timestamp": epoch milliseconds or ISO 8601 (optional)} or a JSON array of them. Each event is routed (job_scheduler.job_rules: a job per matching topic), enriched (topic rules, then common, then defaults) and published in this transaction (sql/job/02_enrich.sql: precedence, the unique hash''s canonical form, superseding). Returns one row per event: status scheduled (job_ids, topics), unrouted (no rule matched) or refused (sqlstate SJEVT and reason). Publishes kinds scheduled and superseded on channels jobs:{topic}; notifies silo_job. Raises SLINV when p_events is neither an object nor an array, SJNCF when no configuration is loaded; transient errors roll back the whole call.';
+    'Schedules jobs from events, as psql''s counterpart of POST /job-events. p_events (no default): one event {"resource_type": string, "action_type": string, "payload": any JSON, "resource_url": string (optional), "timestamp": epoch milliseconds or ISO 8601 (optional)} or a JSON array of them. Each event is routed (job_scheduler.job_rules: a job per matching topic), enriched (topic rules, then common, then defaults) and published in this transaction (sql/job/02_enrich.sql: precedence; sql/job/02_key.sql: the unique hash''s canonical form, superseding). Returns one row per event: status scheduled (job_ids, topics), unrouted (no rule matched) or refused (sqlstate SJEVT and reason). Publishes kinds scheduled and superseded on channels jobs:{topic}; notifies silo_job. Raises SLINV when p_events is neither an object nor an array, SJNCF when no configuration is loaded; transient errors roll back the whole call.';
 
 CREATE FUNCTION api.job_event_ingest_requests(p_requests jsonb)
 RETURNS SETOF api.job_event_results
