@@ -393,13 +393,16 @@ func cacheWrap(c *apiCache, authenticate func(context.Context, string) (db.Token
 		switch {
 		case set.Action == "invalidate":
 			c.requests.WithLabelValues("invalidate").Inc()
-			rec := &captureWriter{ResponseWriter: w, status: http.StatusOK, pass: true}
+			// The answer is held until the entries are gone, so that a client that reads right
+			// after its own write never gets what the write replaced.
+			rec := &captureWriter{ResponseWriter: w, status: http.StatusOK}
 			next.ServeHTTP(rec, r)
 			if rec.status/100 == 2 {
 				if _, err := c.q.CacheInvalidate(context.WithoutCancel(r.Context()), db.CacheInvalidateParams{Path: r.URL.Path}); err == nil {
 					c.dropPath(r.URL.Path, "")
 				}
 			}
+			rec.flush(w, "")
 			return
 		case set.Action != "cache" || set.ExpiresMs == nil || (r.Method != http.MethodGet && r.Method != http.MethodHead):
 			c.requests.WithLabelValues("bypass").Inc()
@@ -526,12 +529,11 @@ func etagMatches(header, etag string) bool {
 	return false
 }
 
-// captureWriter holds a handler's answer (pass: writes go through, only the status is kept).
+// captureWriter holds a handler's answer and its status until flush writes them.
 type captureWriter struct {
 	http.ResponseWriter
 	status int
 	buf    bytes.Buffer
-	pass   bool
 	wrote  bool
 }
 
@@ -541,17 +543,11 @@ func (c *captureWriter) WriteHeader(status int) {
 	}
 	c.wrote = true
 	c.status = status
-	if c.pass {
-		c.ResponseWriter.WriteHeader(status)
-	}
 }
 
 func (c *captureWriter) Write(b []byte) (int, error) {
 	if !c.wrote {
 		c.WriteHeader(http.StatusOK)
-	}
-	if c.pass {
-		return c.ResponseWriter.Write(b)
 	}
 	return c.buf.Write(b)
 }
