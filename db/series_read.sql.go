@@ -162,7 +162,7 @@ func (q *Queries) SeriesRead(ctx context.Context, arg SeriesReadParams) ([]Serie
 }
 
 const seriesReadColumns = `-- name: SeriesReadColumns :one
-SELECT r.kinds::text[] AS kinds, r.points::integer AS points, r.last_at::timestamptz AS last_at, r.time_us::bigint[] AS time_us,
+SELECT r.kinds::text[] AS kinds, r.positions::integer[] AS positions, r.points::integer AS points, r.last_at::timestamptz AS last_at, r.time_us::bigint[] AS time_us,
        r.n1::bigint[] AS n1, r.s1::smallint[] AS s1, r.t1::text[] AS t1, r.n2::bigint[] AS n2, r.s2::smallint[] AS s2, r.t2::text[] AS t2,
        r.n3::bigint[] AS n3, r.s3::smallint[] AS s3, r.t3::text[] AS t3, r.n4::bigint[] AS n4, r.s4::smallint[] AS s4, r.t4::text[] AS t4,
        r.n5::bigint[] AS n5, r.s5::smallint[] AS s5, r.t5::text[] AS t5, r.n6::bigint[] AS n6, r.s6::smallint[] AS s6, r.t6::text[] AS t6,
@@ -185,34 +185,35 @@ type SeriesReadColumnsParams struct {
 }
 
 type SeriesReadColumnsRow struct {
-	Kinds  []string  `json:"kinds"`
-	Points int32     `json:"points"`
-	LastAt time.Time `json:"lastAt"`
-	TimeUs []int64   `json:"timeUs"`
-	N1     []int64   `json:"n1"`
-	S1     []int16   `json:"s1"`
-	T1     []string  `json:"t1"`
-	N2     []int64   `json:"n2"`
-	S2     []int16   `json:"s2"`
-	T2     []string  `json:"t2"`
-	N3     []int64   `json:"n3"`
-	S3     []int16   `json:"s3"`
-	T3     []string  `json:"t3"`
-	N4     []int64   `json:"n4"`
-	S4     []int16   `json:"s4"`
-	T4     []string  `json:"t4"`
-	N5     []int64   `json:"n5"`
-	S5     []int16   `json:"s5"`
-	T5     []string  `json:"t5"`
-	N6     []int64   `json:"n6"`
-	S6     []int16   `json:"s6"`
-	T6     []string  `json:"t6"`
-	N7     []int64   `json:"n7"`
-	S7     []int16   `json:"s7"`
-	T7     []string  `json:"t7"`
-	N8     []int64   `json:"n8"`
-	S8     []int16   `json:"s8"`
-	T8     []string  `json:"t8"`
+	Kinds     []string  `json:"kinds"`
+	Positions []int32   `json:"positions"`
+	Points    int32     `json:"points"`
+	LastAt    time.Time `json:"lastAt"`
+	TimeUs    []int64   `json:"timeUs"`
+	N1        []int64   `json:"n1"`
+	S1        []int16   `json:"s1"`
+	T1        []string  `json:"t1"`
+	N2        []int64   `json:"n2"`
+	S2        []int16   `json:"s2"`
+	T2        []string  `json:"t2"`
+	N3        []int64   `json:"n3"`
+	S3        []int16   `json:"s3"`
+	T3        []string  `json:"t3"`
+	N4        []int64   `json:"n4"`
+	S4        []int16   `json:"s4"`
+	T4        []string  `json:"t4"`
+	N5        []int64   `json:"n5"`
+	S5        []int16   `json:"s5"`
+	T5        []string  `json:"t5"`
+	N6        []int64   `json:"n6"`
+	S6        []int16   `json:"s6"`
+	T6        []string  `json:"t6"`
+	N7        []int64   `json:"n7"`
+	S7        []int16   `json:"s7"`
+	T7        []string  `json:"t7"`
+	N8        []int64   `json:"n8"`
+	S8        []int16   `json:"s8"`
+	T8        []string  `json:"t8"`
 }
 
 // One page of points as typed columns (api.series_read_columns); the next page starts after last_at.
@@ -231,6 +232,7 @@ func (q *Queries) SeriesReadColumns(ctx context.Context, arg SeriesReadColumnsPa
 	var i SeriesReadColumnsRow
 	err := row.Scan(
 		&i.Kinds,
+		&i.Positions,
 		&i.Points,
 		&i.LastAt,
 		&i.TimeUs,

@@ -24,7 +24,7 @@ SELECT api.series_downsample(sqlc.arg(access_id)::text, sqlc.arg(event_id)::text
 
 -- name: SeriesReadColumns :one
 -- One page of points as typed columns (api.series_read_columns); the next page starts after last_at.
-SELECT r.kinds::text[] AS kinds, r.points::integer AS points, r.last_at::timestamptz AS last_at, r.time_us::bigint[] AS time_us,
+SELECT r.kinds::text[] AS kinds, r.positions::integer[] AS positions, r.points::integer AS points, r.last_at::timestamptz AS last_at, r.time_us::bigint[] AS time_us,
        r.n1::bigint[] AS n1, r.s1::smallint[] AS s1, r.t1::text[] AS t1, r.n2::bigint[] AS n2, r.s2::smallint[] AS s2, r.t2::text[] AS t2,
        r.n3::bigint[] AS n3, r.s3::smallint[] AS s3, r.t3::text[] AS t3, r.n4::bigint[] AS n4, r.s4::smallint[] AS s4, r.t4::text[] AS t4,
        r.n5::bigint[] AS n5, r.s5::smallint[] AS s5, r.t5::text[] AS t5, r.n6::bigint[] AS n6, r.s6::smallint[] AS s6, r.t6::text[] AS t6,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -120,5 +121,22 @@ func TestSeriesColumnsMatchFlatJSON(t *testing.T) {
 			want += l
 		}
 		require.Equal(t, want+"]", string(got.Points), c.typ)
+		if c.typ == "position/wgs84" {
+			// Fields chosen out of the type's order and not its first ones: the page's columns
+			// come by stored position and are put back in the read's order.
+			status, _, raw := b.raw(t, "GET", "/alice/events/"+typed+"/series?fields=deltaTime&fields=speed&fields=longitude",
+				map[string]string{"Authorization": b.token}, "")
+			require.Equal(t, http.StatusOK, status, raw)
+			var sub struct {
+				Fields []string
+				Points json.RawMessage
+			}
+			require.NoError(t, json.Unmarshal([]byte(raw), &sub))
+			require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(array_agg(line ORDER BY at), '{}') FROM api.series_read($1, $2, p_fields => '{deltaTime,speed,longitude}')`,
+				access, typed).Scan(&lines))
+			require.Equal(t, "["+strings.Join(lines, ",")+"]", string(sub.Points))
+			require.NotEmpty(t, lines)
+			require.Len(t, sub.Fields, 3)
+		}
 	}
 }

@@ -23,11 +23,19 @@ type pageColumns struct {
 	t     [8][]string
 }
 
+// seriesPageColumns puts the columns of a page, which come by stored position, in the read's
+// order of fields.
 func seriesPageColumns(p db.SeriesReadColumnsRow) pageColumns {
-	return pageColumns{time: p.TimeUs, kinds: p.Kinds,
-		n: [8][]int64{p.N1, p.N2, p.N3, p.N4, p.N5, p.N6, p.N7, p.N8},
-		s: [8][]int16{p.S1, p.S2, p.S3, p.S4, p.S5, p.S6, p.S7, p.S8},
-		t: [8][]string{p.T1, p.T2, p.T3, p.T4, p.T5, p.T6, p.T7, p.T8}}
+	n := [8][]int64{p.N1, p.N2, p.N3, p.N4, p.N5, p.N6, p.N7, p.N8}
+	s := [8][]int16{p.S1, p.S2, p.S3, p.S4, p.S5, p.S6, p.S7, p.S8}
+	t := [8][]string{p.T1, p.T2, p.T3, p.T4, p.T5, p.T6, p.T7, p.T8}
+	c := pageColumns{time: p.TimeUs, kinds: p.Kinds}
+	for k, pos := range p.Positions {
+		if k < len(c.n) && pos >= 1 && int(pos) <= len(n) {
+			c.n[k], c.s[k], c.t[k] = n[pos-1], s[pos-1], t[pos-1]
+		}
+	}
+	return c
 }
 
 // appendPoint appends point i as a flatJSON array, or a CSV line (with its line break).

@@ -156,7 +156,7 @@ CREATE FUNCTION api.series_read_columns(p_access_id text, p_event_id text, p_fro
                                         p_to double precision DEFAULT NULL, p_relative boolean DEFAULT true,
                                         p_fields text[] DEFAULT NULL, p_time_field text DEFAULT 'deltaTime',
                                         p_after timestamptz DEFAULT NULL, p_limit integer DEFAULT NULL)
-RETURNS TABLE (kinds text[], points integer, last_at timestamptz, time_us bigint[],
+RETURNS TABLE (kinds text[], positions integer[], points integer, last_at timestamptz, time_us bigint[],
                n1 bigint[], s1 smallint[], t1 text[],
                n2 bigint[], s2 smallint[], t2 text[],
                n3 bigint[], s3 smallint[], t3 text[],
@@ -178,53 +178,54 @@ DECLARE
     v_from   timestamptz := series_private.us_at(series_private.bound_us(v_holder, p_from, p_relative));
     v_to     timestamptz := series_private.us_at(series_private.bound_us(v_holder, p_to, p_relative));
     v_pos    integer[] := ARRAY(SELECT p FROM generate_series(1, 8) p WHERE v_cols.selected[p] ORDER BY p);
-    v_kinds  text[] := ARRAY(SELECT v_cols.kinds[v_pos[k]] FROM generate_series(1, 8) k ORDER BY k);
+    v_kinds  text[] := ARRAY(SELECT v_cols.kinds[p] FROM unnest(v_pos) WITH ORDINALITY AS u(p, k) ORDER BY k);
 BEGIN
     IF p_limit IS NOT NULL AND p_limit < 1 THEN
         RAISE EXCEPTION 'limit must be positive, not %', p_limit USING ERRCODE = 'SAINV';
     END IF;
     RETURN QUERY
-    SELECT v_kinds[1 : cardinality(v_pos)], count(*)::integer, coalesce(max(q.at), timestamptz 'epoch'), array_agg(series_private.at_us(q.at) - v_off),
-               CASE WHEN v_kinds[1] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[1] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
-               CASE WHEN v_kinds[1] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[1] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
-                    WHEN v_kinds[1] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[1] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
-                    WHEN v_kinds[1] = 'string' THEN array_agg(CASE WHEN CASE v_pos[1] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
-               CASE WHEN v_kinds[1] = 'string' THEN array_agg(coalesce(CASE v_pos[1] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
-               CASE WHEN v_kinds[2] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[2] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
-               CASE WHEN v_kinds[2] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[2] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
-                    WHEN v_kinds[2] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[2] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
-                    WHEN v_kinds[2] = 'string' THEN array_agg(CASE WHEN CASE v_pos[2] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
-               CASE WHEN v_kinds[2] = 'string' THEN array_agg(coalesce(CASE v_pos[2] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
-               CASE WHEN v_kinds[3] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[3] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
-               CASE WHEN v_kinds[3] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[3] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
-                    WHEN v_kinds[3] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[3] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
-                    WHEN v_kinds[3] = 'string' THEN array_agg(CASE WHEN CASE v_pos[3] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
-               CASE WHEN v_kinds[3] = 'string' THEN array_agg(coalesce(CASE v_pos[3] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
-               CASE WHEN v_kinds[4] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[4] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
-               CASE WHEN v_kinds[4] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[4] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
-                    WHEN v_kinds[4] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[4] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
-                    WHEN v_kinds[4] = 'string' THEN array_agg(CASE WHEN CASE v_pos[4] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
-               CASE WHEN v_kinds[4] = 'string' THEN array_agg(coalesce(CASE v_pos[4] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
-               CASE WHEN v_kinds[5] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[5] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
-               CASE WHEN v_kinds[5] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[5] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
-                    WHEN v_kinds[5] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[5] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
-                    WHEN v_kinds[5] = 'string' THEN array_agg(CASE WHEN CASE v_pos[5] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
-               CASE WHEN v_kinds[5] = 'string' THEN array_agg(coalesce(CASE v_pos[5] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
-               CASE WHEN v_kinds[6] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[6] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
-               CASE WHEN v_kinds[6] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[6] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
-                    WHEN v_kinds[6] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[6] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
-                    WHEN v_kinds[6] = 'string' THEN array_agg(CASE WHEN CASE v_pos[6] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
-               CASE WHEN v_kinds[6] = 'string' THEN array_agg(coalesce(CASE v_pos[6] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
-               CASE WHEN v_kinds[7] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[7] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
-               CASE WHEN v_kinds[7] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[7] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
-                    WHEN v_kinds[7] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[7] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
-                    WHEN v_kinds[7] = 'string' THEN array_agg(CASE WHEN CASE v_pos[7] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
-               CASE WHEN v_kinds[7] = 'string' THEN array_agg(coalesce(CASE v_pos[7] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END,
-               CASE WHEN v_kinds[8] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(CASE v_pos[8] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END, 0)) END,
-               CASE WHEN v_kinds[8] IN ('number', 'integer') THEN array_agg(coalesce(CASE v_pos[8] WHEN 1 THEN q.s1 WHEN 2 THEN q.s2 WHEN 3 THEN q.s3 WHEN 4 THEN q.s4 WHEN 5 THEN q.s5 WHEN 6 THEN q.s6 WHEN 7 THEN q.s7 WHEN 8 THEN q.s8 END, (-32768)::smallint))
-                    WHEN v_kinds[8] = 'boolean' THEN array_agg(CASE WHEN CASE v_pos[8] WHEN 1 THEN q.n1 WHEN 2 THEN q.n2 WHEN 3 THEN q.n3 WHEN 4 THEN q.n4 WHEN 5 THEN q.n5 WHEN 6 THEN q.n6 WHEN 7 THEN q.n7 WHEN 8 THEN q.n8 END IS NULL THEN -32768 ELSE 0 END::smallint)
-                    WHEN v_kinds[8] = 'string' THEN array_agg(CASE WHEN CASE v_pos[8] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END IS NULL THEN -32768 ELSE 0 END::smallint) END,
-               CASE WHEN v_kinds[8] = 'string' THEN array_agg(coalesce(CASE v_pos[8] WHEN 1 THEN q.t1 WHEN 2 THEN q.t2 WHEN 3 THEN q.t3 WHEN 4 THEN q.t4 WHEN 5 THEN q.t5 WHEN 6 THEN q.t6 WHEN 7 THEN q.t7 WHEN 8 THEN q.t8 END, '')) END
+    SELECT v_kinds, v_pos, count(*)::integer, coalesce(max(q.at), timestamptz 'epoch'),
+           array_agg(series_private.at_us(q.at) - v_off),
+               CASE WHEN v_cols.selected[1] AND v_cols.kinds[1] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n1, 0)) END,
+               CASE WHEN NOT v_cols.selected[1] THEN NULL
+                    WHEN v_cols.kinds[1] IN ('number', 'integer') THEN array_agg(coalesce(q.s1, (-32768)::smallint))
+                    ELSE array_agg(CASE WHEN q.n1 IS NULL AND q.t1 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[1] AND v_cols.kinds[1] = 'string' THEN array_agg(coalesce(q.t1, '')) END,
+               CASE WHEN v_cols.selected[2] AND v_cols.kinds[2] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n2, 0)) END,
+               CASE WHEN NOT v_cols.selected[2] THEN NULL
+                    WHEN v_cols.kinds[2] IN ('number', 'integer') THEN array_agg(coalesce(q.s2, (-32768)::smallint))
+                    ELSE array_agg(CASE WHEN q.n2 IS NULL AND q.t2 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[2] AND v_cols.kinds[2] = 'string' THEN array_agg(coalesce(q.t2, '')) END,
+               CASE WHEN v_cols.selected[3] AND v_cols.kinds[3] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n3, 0)) END,
+               CASE WHEN NOT v_cols.selected[3] THEN NULL
+                    WHEN v_cols.kinds[3] IN ('number', 'integer') THEN array_agg(coalesce(q.s3, (-32768)::smallint))
+                    ELSE array_agg(CASE WHEN q.n3 IS NULL AND q.t3 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[3] AND v_cols.kinds[3] = 'string' THEN array_agg(coalesce(q.t3, '')) END,
+               CASE WHEN v_cols.selected[4] AND v_cols.kinds[4] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n4, 0)) END,
+               CASE WHEN NOT v_cols.selected[4] THEN NULL
+                    WHEN v_cols.kinds[4] IN ('number', 'integer') THEN array_agg(coalesce(q.s4, (-32768)::smallint))
+                    ELSE array_agg(CASE WHEN q.n4 IS NULL AND q.t4 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[4] AND v_cols.kinds[4] = 'string' THEN array_agg(coalesce(q.t4, '')) END,
+               CASE WHEN v_cols.selected[5] AND v_cols.kinds[5] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n5, 0)) END,
+               CASE WHEN NOT v_cols.selected[5] THEN NULL
+                    WHEN v_cols.kinds[5] IN ('number', 'integer') THEN array_agg(coalesce(q.s5, (-32768)::smallint))
+                    ELSE array_agg(CASE WHEN q.n5 IS NULL AND q.t5 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[5] AND v_cols.kinds[5] = 'string' THEN array_agg(coalesce(q.t5, '')) END,
+               CASE WHEN v_cols.selected[6] AND v_cols.kinds[6] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n6, 0)) END,
+               CASE WHEN NOT v_cols.selected[6] THEN NULL
+                    WHEN v_cols.kinds[6] IN ('number', 'integer') THEN array_agg(coalesce(q.s6, (-32768)::smallint))
+                    ELSE array_agg(CASE WHEN q.n6 IS NULL AND q.t6 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[6] AND v_cols.kinds[6] = 'string' THEN array_agg(coalesce(q.t6, '')) END,
+               CASE WHEN v_cols.selected[7] AND v_cols.kinds[7] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n7, 0)) END,
+               CASE WHEN NOT v_cols.selected[7] THEN NULL
+                    WHEN v_cols.kinds[7] IN ('number', 'integer') THEN array_agg(coalesce(q.s7, (-32768)::smallint))
+                    ELSE array_agg(CASE WHEN q.n7 IS NULL AND q.t7 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[7] AND v_cols.kinds[7] = 'string' THEN array_agg(coalesce(q.t7, '')) END,
+               CASE WHEN v_cols.selected[8] AND v_cols.kinds[8] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n8, 0)) END,
+               CASE WHEN NOT v_cols.selected[8] THEN NULL
+                    WHEN v_cols.kinds[8] IN ('number', 'integer') THEN array_agg(coalesce(q.s8, (-32768)::smallint))
+                    ELSE array_agg(CASE WHEN q.n8 IS NULL AND q.t8 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[8] AND v_cols.kinds[8] = 'string' THEN array_agg(coalesce(q.t8, '')) END
     FROM (SELECT p.* FROM series.points p
           WHERE p.series_id = v_holder.series_id
             AND (v_from IS NULL OR p.at >= v_from) AND (v_to IS NULL OR p.at < v_to)
@@ -233,7 +234,7 @@ BEGIN
           LIMIT p_limit) q;
 END
 $$;
-COMMENT ON FUNCTION api.series_read_columns(text, text, double precision, double precision, boolean, text[], text, timestamptz, integer) IS 'The points api.series_read returns (same arguments but p_format), as one row of typed columns: kinds (of the fields api.series_columns names after the time column: number, integer, boolean, string), points (their number), last_at (the time of the last, for the next page''s p_after; the epoch when none), time_us (each point''s time column in microseconds: after the event''s time for deltaTime, since the epoch for timestamp), and per field k in order: n<k> (digits of a number, an integer, a boolean as 1 or 0), s<k> (a number''s scale, value = n / 10^s; 0 for other kinds; -32768: the value is null), t<k> (a string, for string fields); arrays of fields the read does not have, and n of string fields, t of others, are NULL. Raises SAAUT, SANFD, SAFRB, SAOPR as account_private.series_holder does for read; SAINV for an unknown field, a bound out of range or a limit below 1.';
+COMMENT ON FUNCTION api.series_read_columns(text, text, double precision, double precision, boolean, text[], text, timestamptz, integer) IS 'The points api.series_read returns (same arguments but p_format), as one row of typed columns: kinds (of the fields api.series_columns names after the time column: number, integer, boolean, string), positions (the stored position, 1 to 8, of each of those fields, in the same order), points (their number), last_at (the time of the last, for the next page''s p_after; the epoch when none), time_us (each point''s time column in microseconds: after the event''s time for deltaTime, since the epoch for timestamp), and per stored position p: n<p> (digits of a number, an integer, a boolean as 1 or 0), s<p> (a number''s scale, value = n / 10^s; 0 for other kinds; -32768: the value is null), t<p> (a string, for string fields); the arrays of positions the read does not select, and n of string fields, t of others, are NULL. Raises SAAUT, SANFD, SAFRB, SAOPR as account_private.series_holder does for read; SAINV for an unknown field, a bound out of range or a limit below 1.';
 
 CREATE FUNCTION api.series_get(p_access_id text, p_event_id text, p_from double precision DEFAULT NULL,
                                p_to double precision DEFAULT NULL, p_relative boolean DEFAULT true,
