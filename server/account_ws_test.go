@@ -11,7 +11,6 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"github.com/silo-db/silo/change"
 	"github.com/silo-db/silo/db/dbtest"
 	"github.com/silo-db/silo/server"
 )
@@ -22,23 +21,13 @@ func TestAccountWS(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
-	hub := change.NewHub(change.Config{Pool: pool})
-	require.NoError(t, hub.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		require.NoError(t, hub.Stop(sctx))
-	})
+	hub := startHub(t, pool)
 	srv := httptest.NewServer(server.New(server.Config{Pool: pool, Version: "test", Hub: hub}))
 	t.Cleanup(srv.Close)
 	var alice, bob string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT token FROM api.account_user_create('alice')`).Scan(&alice))
 	require.NoError(t, pool.QueryRow(ctx, `SELECT token FROM api.account_user_create('bobby')`).Scan(&bob))
-	deadline := time.Now().Add(30 * time.Second)
-	for !hub.Ready() {
-		require.True(t, time.Now().Before(deadline), "the hub did not get ready")
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitHub(t, hub)
 	b := &accountBundle{srv: srv}
 	for _, tok := range []struct{ user, token string }{{"alice", alice}, {"bobby", bob}} {
 		a := b.do(t, "POST", "/"+tok.user+"/streams", tok.token, `{"id": "diary", "name": "Diary"}`)

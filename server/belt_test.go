@@ -18,7 +18,6 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"github.com/silo-db/silo/change"
 	"github.com/silo-db/silo/server"
 )
 
@@ -177,20 +176,10 @@ func TestBeltStateChangesReachTheWebsocket(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	hub := change.NewHub(change.Config{Pool: b.pool})
-	require.NoError(t, hub.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		require.NoError(t, hub.Stop(sctx))
-	})
+	hub := startHub(t, b.pool)
 	srv := httptest.NewServer(server.New(server.Config{Pool: b.pool, Version: "test", Hub: hub}))
 	t.Cleanup(srv.Close)
-	deadline := time.Now().Add(30 * time.Second)
-	for !hub.Ready() {
-		require.True(t, time.Now().Before(deadline), "the hub did not get ready")
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitHub(t, hub)
 	_, err := b.pool.Exec(ctx, `CREATE FUNCTION public.noop(h jsonb, p jsonb) RETURNS jsonb LANGUAGE sql AS 'SELECT NULL::jsonb'`)
 	require.NoError(t, err)
 

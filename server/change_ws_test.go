@@ -16,7 +16,6 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"github.com/silo-db/silo/change"
 	"github.com/silo-db/silo/db/dbtest"
 	"github.com/silo-db/silo/server"
 )
@@ -25,22 +24,12 @@ func TestChangeWSRefusesBadTokensBeforeTheUpgrade(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
-	hub := change.NewHub(change.Config{Pool: pool})
-	require.NoError(t, hub.Start(ctx))
+	hub := startHub(t, pool)
 	srv := httptest.NewServer(server.New(server.Config{Pool: pool, Version: "test", Hub: hub}))
 	t.Cleanup(srv.Close)
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		require.NoError(t, hub.Stop(sctx))
-	})
 	var reader string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT token FROM api.token_create('reader', '{}', false, false)`).Scan(&reader))
-	deadline := time.Now().Add(30 * time.Second)
-	for !hub.Ready() {
-		require.True(t, time.Now().Before(deadline), "the hub did not get ready")
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitHub(t, hub)
 	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"
 	bearer := func(token string) http.Header { return http.Header{"Authorization": {"Bearer " + token}} }
 

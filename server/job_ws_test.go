@@ -12,7 +12,6 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"github.com/silo-db/silo/change"
 	"github.com/silo-db/silo/db"
 	"github.com/silo-db/silo/db/dbtest"
 	"github.com/silo-db/silo/server"
@@ -25,13 +24,7 @@ func TestJobWS(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
-	hub := change.NewHub(change.Config{Pool: pool})
-	require.NoError(t, hub.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		require.NoError(t, hub.Stop(sctx))
-	})
+	hub := startHub(t, pool)
 	srv := httptest.NewServer(server.New(server.Config{Pool: pool, Version: "test", Hub: hub}))
 	t.Cleanup(srv.Close)
 	var admin, reader string
@@ -45,11 +38,7 @@ func TestJobWS(t *testing.T) {
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `SELECT api.job_config_load($1)`, jobMetricsConfig)
 	require.NoError(t, err)
-	deadline := time.Now().Add(30 * time.Second)
-	for !hub.Ready() {
-		require.True(t, time.Now().Before(deadline), "the hub did not get ready")
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitHub(t, hub)
 
 	type message struct {
 		Type, Channel, Kind string

@@ -17,7 +17,6 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"github.com/silo-db/silo/change"
 	"github.com/silo-db/silo/server"
 )
 
@@ -118,20 +117,10 @@ func TestPurgeAPI(t *testing.T) {
 	ctx := context.Background()
 	admin, writer, reader := "Bearer "+b.admin, "Bearer "+b.writer, "Bearer "+b.reader
 
-	hub := change.NewHub(change.Config{Pool: b.pool})
-	require.NoError(t, hub.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		require.NoError(t, hub.Stop(sctx))
-	})
+	hub := startHub(t, b.pool)
 	b.srv = httptest.NewServer(server.New(server.Config{Pool: b.pool, Version: "test", Hub: hub}))
 	t.Cleanup(b.srv.Close)
-	deadline := time.Now().Add(30 * time.Second)
-	for !hub.Ready() {
-		require.True(t, time.Now().Before(deadline), "the hub did not get ready")
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitHub(t, hub)
 
 	// Configuration: admins only.
 	for _, auth := range []string{writer, reader} {

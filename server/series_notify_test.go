@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/silo-db/silo/change"
 	"github.com/silo-db/silo/db"
 	"github.com/silo-db/silo/db/dbtest"
 	"github.com/silo-db/silo/server"
@@ -36,18 +35,8 @@ func TestSeriesNotifyTwoProcesses(t *testing.T) {
 	pools = append(pools, second)
 	var srvs []*httptest.Server
 	for _, pool := range pools {
-		hub := change.NewHub(change.Config{Pool: pool})
-		require.NoError(t, hub.Start(ctx))
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			defer cancel()
-			require.NoError(t, hub.Stop(sctx))
-		})
-		deadline := time.Now().Add(30 * time.Second)
-		for !hub.Ready() {
-			require.True(t, time.Now().Before(deadline), "the hub did not get ready")
-			time.Sleep(20 * time.Millisecond)
-		}
+		hub := startHub(t, pool)
+		awaitHub(t, hub)
 		srv := httptest.NewServer(server.New(server.Config{Pool: pool, Version: "test", Hub: hub}))
 		t.Cleanup(srv.Close)
 		srvs = append(srvs, srv)

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/silo-db/silo/change"
 	"github.com/silo-db/silo/db/dbtest"
 	"github.com/silo-db/silo/server"
 )
@@ -318,24 +317,14 @@ func TestAnonymousAccess(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
-	hub := change.NewHub(change.Config{Pool: pool})
-	require.NoError(t, hub.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		require.NoError(t, hub.Stop(sctx))
-	})
+	hub := startHub(t, pool)
 	b := &testBundle{pool: pool, srv: httptest.NewServer(server.New(server.Config{Pool: pool, Version: "test", Hub: hub}))}
 	t.Cleanup(b.srv.Close)
 	require.NoError(t, pool.QueryRow(ctx, `SELECT token FROM api.token_create('writer', '{}', true, false)`).Scan(&b.writer))
 	code, _ := b.do(t, "POST", "/profile-updates", "Bearer "+b.writer,
 		`[{"_id":"anon","_path":["pub"],"_value":{"_v":"1","_reader":"_all"}},{"_id":"anon","_path":["auth"],"_value":{"_v":"2"}}]`)
 	require.Equal(t, 200, code)
-	deadline := time.Now().Add(30 * time.Second)
-	for !hub.Ready() {
-		require.True(t, time.Now().Before(deadline), "the hub did not get ready")
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitHub(t, hub)
 	wsURL := "ws" + strings.TrimPrefix(b.srv.URL, "http") + "/ws"
 
 	refused := func(t *testing.T) {

@@ -13,7 +13,6 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"github.com/silo-db/silo/change"
 	"github.com/silo-db/silo/db/dbtest"
 	"github.com/silo-db/silo/server"
 )
@@ -37,13 +36,7 @@ func TestWSSeriesAppend(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
-	hub := change.NewHub(change.Config{Pool: pool})
-	require.NoError(t, hub.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		require.NoError(t, hub.Stop(sctx))
-	})
+	hub := startHub(t, pool)
 	srv := httptest.NewServer(server.New(server.Config{Pool: pool, Version: "test", Hub: hub}))
 	t.Cleanup(srv.Close)
 	b := &accountBundle{srv: srv}
@@ -55,11 +48,7 @@ func TestWSSeriesAppend(t *testing.T) {
 	a = b.do(t, "POST", "/alice/accesses", b.token, `{"name": "reader", "permissions": [{"streamId": "heart", "level": "read"}]}`)
 	require.Equal(t, http.StatusCreated, a.status, a.body)
 	reader := a.object("access")["token"].(string)
-	deadline := time.Now().Add(30 * time.Second)
-	for !hub.Ready() {
-		require.True(t, time.Now().Before(deadline), "the hub did not get ready")
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitHub(t, hub)
 
 	wsURL := "ws" + strings.TrimPrefix(srv.URL, "http")
 	dial := func(path, token string) *websocket.Conn {
