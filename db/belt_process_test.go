@@ -561,6 +561,12 @@ func TestBeltProcessKilledStepLosesNothing(t *testing.T) {
 	require.Error(t, <-done)
 	stepper.Conn().Close(ctx)
 	stepper.Release()
+	// The client hears of the kill before the backend has rolled back and let go of its lanes.
+	require.Eventually(t, func() bool {
+		var alive bool
+		_ = pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive)
+		return !alive
+	}, 20*time.Second, 10*time.Millisecond)
 	_, err = blocker.Exec(ctx, `SELECT pg_advisory_unlock(4242)`)
 	require.NoError(t, err)
 
