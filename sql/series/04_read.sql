@@ -183,48 +183,34 @@ BEGIN
     IF p_limit IS NOT NULL AND p_limit < 1 THEN
         RAISE EXCEPTION 'limit must be positive, not %', p_limit USING ERRCODE = 'SAINV';
     END IF;
+    -- Per stored position: its digits (not for strings), its scale (a stored number's own; 0 for
+    -- the other kinds, which store none; -32768 where the point has no value) and its strings.
     RETURN QUERY
     SELECT v_kinds, v_pos, count(*)::integer, coalesce(max(q.at), timestamptz 'epoch'),
            array_agg(series_private.at_us(q.at) - v_off),
-               CASE WHEN v_cols.selected[1] AND v_cols.kinds[1] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n1, 0)) END,
-               CASE WHEN NOT v_cols.selected[1] THEN NULL
-                    WHEN v_cols.kinds[1] IN ('number', 'integer') THEN array_agg(coalesce(q.s1, (-32768)::smallint))
-                    ELSE array_agg(CASE WHEN q.n1 IS NULL AND q.t1 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[1] AND v_cols.kinds[1] <> 'string' THEN array_agg(coalesce(q.n1, 0)) END,
+               CASE WHEN v_cols.selected[1] THEN array_agg(CASE WHEN q.n1 IS NULL AND q.t1 IS NULL THEN (-32768)::smallint ELSE coalesce(q.s1, 0::smallint) END) END,
                CASE WHEN v_cols.selected[1] AND v_cols.kinds[1] = 'string' THEN array_agg(coalesce(q.t1, '')) END,
-               CASE WHEN v_cols.selected[2] AND v_cols.kinds[2] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n2, 0)) END,
-               CASE WHEN NOT v_cols.selected[2] THEN NULL
-                    WHEN v_cols.kinds[2] IN ('number', 'integer') THEN array_agg(coalesce(q.s2, (-32768)::smallint))
-                    ELSE array_agg(CASE WHEN q.n2 IS NULL AND q.t2 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[2] AND v_cols.kinds[2] <> 'string' THEN array_agg(coalesce(q.n2, 0)) END,
+               CASE WHEN v_cols.selected[2] THEN array_agg(CASE WHEN q.n2 IS NULL AND q.t2 IS NULL THEN (-32768)::smallint ELSE coalesce(q.s2, 0::smallint) END) END,
                CASE WHEN v_cols.selected[2] AND v_cols.kinds[2] = 'string' THEN array_agg(coalesce(q.t2, '')) END,
-               CASE WHEN v_cols.selected[3] AND v_cols.kinds[3] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n3, 0)) END,
-               CASE WHEN NOT v_cols.selected[3] THEN NULL
-                    WHEN v_cols.kinds[3] IN ('number', 'integer') THEN array_agg(coalesce(q.s3, (-32768)::smallint))
-                    ELSE array_agg(CASE WHEN q.n3 IS NULL AND q.t3 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[3] AND v_cols.kinds[3] <> 'string' THEN array_agg(coalesce(q.n3, 0)) END,
+               CASE WHEN v_cols.selected[3] THEN array_agg(CASE WHEN q.n3 IS NULL AND q.t3 IS NULL THEN (-32768)::smallint ELSE coalesce(q.s3, 0::smallint) END) END,
                CASE WHEN v_cols.selected[3] AND v_cols.kinds[3] = 'string' THEN array_agg(coalesce(q.t3, '')) END,
-               CASE WHEN v_cols.selected[4] AND v_cols.kinds[4] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n4, 0)) END,
-               CASE WHEN NOT v_cols.selected[4] THEN NULL
-                    WHEN v_cols.kinds[4] IN ('number', 'integer') THEN array_agg(coalesce(q.s4, (-32768)::smallint))
-                    ELSE array_agg(CASE WHEN q.n4 IS NULL AND q.t4 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[4] AND v_cols.kinds[4] <> 'string' THEN array_agg(coalesce(q.n4, 0)) END,
+               CASE WHEN v_cols.selected[4] THEN array_agg(CASE WHEN q.n4 IS NULL AND q.t4 IS NULL THEN (-32768)::smallint ELSE coalesce(q.s4, 0::smallint) END) END,
                CASE WHEN v_cols.selected[4] AND v_cols.kinds[4] = 'string' THEN array_agg(coalesce(q.t4, '')) END,
-               CASE WHEN v_cols.selected[5] AND v_cols.kinds[5] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n5, 0)) END,
-               CASE WHEN NOT v_cols.selected[5] THEN NULL
-                    WHEN v_cols.kinds[5] IN ('number', 'integer') THEN array_agg(coalesce(q.s5, (-32768)::smallint))
-                    ELSE array_agg(CASE WHEN q.n5 IS NULL AND q.t5 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[5] AND v_cols.kinds[5] <> 'string' THEN array_agg(coalesce(q.n5, 0)) END,
+               CASE WHEN v_cols.selected[5] THEN array_agg(CASE WHEN q.n5 IS NULL AND q.t5 IS NULL THEN (-32768)::smallint ELSE coalesce(q.s5, 0::smallint) END) END,
                CASE WHEN v_cols.selected[5] AND v_cols.kinds[5] = 'string' THEN array_agg(coalesce(q.t5, '')) END,
-               CASE WHEN v_cols.selected[6] AND v_cols.kinds[6] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n6, 0)) END,
-               CASE WHEN NOT v_cols.selected[6] THEN NULL
-                    WHEN v_cols.kinds[6] IN ('number', 'integer') THEN array_agg(coalesce(q.s6, (-32768)::smallint))
-                    ELSE array_agg(CASE WHEN q.n6 IS NULL AND q.t6 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[6] AND v_cols.kinds[6] <> 'string' THEN array_agg(coalesce(q.n6, 0)) END,
+               CASE WHEN v_cols.selected[6] THEN array_agg(CASE WHEN q.n6 IS NULL AND q.t6 IS NULL THEN (-32768)::smallint ELSE coalesce(q.s6, 0::smallint) END) END,
                CASE WHEN v_cols.selected[6] AND v_cols.kinds[6] = 'string' THEN array_agg(coalesce(q.t6, '')) END,
-               CASE WHEN v_cols.selected[7] AND v_cols.kinds[7] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n7, 0)) END,
-               CASE WHEN NOT v_cols.selected[7] THEN NULL
-                    WHEN v_cols.kinds[7] IN ('number', 'integer') THEN array_agg(coalesce(q.s7, (-32768)::smallint))
-                    ELSE array_agg(CASE WHEN q.n7 IS NULL AND q.t7 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[7] AND v_cols.kinds[7] <> 'string' THEN array_agg(coalesce(q.n7, 0)) END,
+               CASE WHEN v_cols.selected[7] THEN array_agg(CASE WHEN q.n7 IS NULL AND q.t7 IS NULL THEN (-32768)::smallint ELSE coalesce(q.s7, 0::smallint) END) END,
                CASE WHEN v_cols.selected[7] AND v_cols.kinds[7] = 'string' THEN array_agg(coalesce(q.t7, '')) END,
-               CASE WHEN v_cols.selected[8] AND v_cols.kinds[8] IN ('number', 'integer', 'boolean') THEN array_agg(coalesce(q.n8, 0)) END,
-               CASE WHEN NOT v_cols.selected[8] THEN NULL
-                    WHEN v_cols.kinds[8] IN ('number', 'integer') THEN array_agg(coalesce(q.s8, (-32768)::smallint))
-                    ELSE array_agg(CASE WHEN q.n8 IS NULL AND q.t8 IS NULL THEN (-32768)::smallint ELSE 0::smallint END) END,
+               CASE WHEN v_cols.selected[8] AND v_cols.kinds[8] <> 'string' THEN array_agg(coalesce(q.n8, 0)) END,
+               CASE WHEN v_cols.selected[8] THEN array_agg(CASE WHEN q.n8 IS NULL AND q.t8 IS NULL THEN (-32768)::smallint ELSE coalesce(q.s8, 0::smallint) END) END,
                CASE WHEN v_cols.selected[8] AND v_cols.kinds[8] = 'string' THEN array_agg(coalesce(q.t8, '')) END
     FROM (SELECT p.* FROM series.points p
           WHERE p.series_id = v_holder.series_id
