@@ -29,7 +29,7 @@ COMMENT ON VIEW api.ods_ingest_results IS
 -- An ISO-8601 instant in UTC with milliseconds, whatever the session's time zone.
 CREATE FUNCTION ods_private.iso(p_at timestamptz)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
 $$;
