@@ -148,3 +148,110 @@ func testSeriesStorage(t *testing.T, pool *pgxpool.Pool, want string) {
 	require.LessOrEqual(t, oldest(a), 2.0)
 	require.Greater(t, oldest(b), 7.9)
 }
+
+// Last write wins however the points are stored: straight into compressed batches on TimescaleDB
+// (calls of series.compress_on_write points or more per series), as rows otherwise, rewritten by
+// the typed and the flatJSON paths, and by two writers of one series at once.
+func TestSeriesStorageLastWriteWins(t *testing.T) {
+	t.Parallel()
+	onBothBackends(t, testSeriesLastWriteWins)
+}
+
+func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
+	ctx := context.Background()
+	q := db.New(pool)
+	user, err := q.AccountUserCreate(ctx, db.AccountUserCreateParams{Username: "lastwrite", AccessName: "silo"})
+	require.NoError(t, err)
+	_, err = q.AccountStreamCreate(ctx, db.AccountStreamCreateParams{AccessID: user.AccessID, Stream: json.RawMessage(`{"id": "s", "name": "S"}`)})
+	require.NoError(t, err)
+	start := time.Now().Add(-3 * 24 * time.Hour).Truncate(24 * time.Hour)
+	out, err := q.AccountEventCreate(ctx, db.AccountEventCreateParams{AccessID: user.AccessID,
+		Event: json.RawMessage(fmt.Sprintf(`{"streamId": "s", "type": "series:mass/kg", "time": %d}`, start.Unix()))})
+	require.NoError(t, err)
+	var e struct{ Event struct{ ID string } }
+	require.NoError(t, json.Unmarshal(out, &e))
+	id := e.Event.ID
+
+	// Points at deltaTime from .. to-1 seconds, value = base + i hundredths, as typed columns.
+	columns := func(from, to, base int64) db.SeriesAppendColumnsParams {
+		p := db.SeriesAppendColumnsParams{AccessID: user.AccessID, EventIds: []string{id}, Fields: []string{"deltaTime", "value"},
+			FieldCounts: []int32{2}, Scales: []int16{0, 2}}
+		for i := from; i < to; i++ {
+			p.Time = append(p.Time, i*1000000)
+			p.V1 = append(p.V1, base+i)
+		}
+		return p
+	}
+	want := map[int64]float64{}
+	expect := func(from, to, base int64) {
+		for i := from; i < to; i++ {
+			want[i] = float64(base+i) / 100
+		}
+	}
+	check := func() {
+		t.Helper()
+		out, err := q.SeriesGet(ctx, db.SeriesGetParams{AccessID: user.AccessID, EventID: id, Relative: true, TimeField: "deltaTime"})
+		require.NoError(t, err)
+		var v struct{ Points [][]float64 }
+		require.NoError(t, json.Unmarshal(out, &v))
+		require.Len(t, v.Points, len(want))
+		for i, p := range v.Points {
+			if i > 0 {
+				require.Less(t, v.Points[i-1][0], p[0], "points in time order, each once")
+			}
+			require.Equal(t, want[int64(p[0])], p[1], "the point at %v", p[0])
+		}
+		var rows, times int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT p.at) FROM series.points p
+			JOIN account.events e ON e.series_id = p.series_id WHERE e.id = $1`, id).Scan(&rows, &times))
+		require.Equal(t, times, rows, "one row per series and time")
+	}
+
+	_, err = q.SeriesAppendColumns(ctx, columns(0, 500, 1000))
+	require.NoError(t, err)
+	expect(0, 500, 1000)
+	if backend == "timescaledb" {
+		var compressed bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT bool_or(is_compressed) FROM timescaledb_information.chunks
+			WHERE hypertable_schema = 'series' AND hypertable_name = 'points'`).Scan(&compressed))
+		require.True(t, compressed, "500 points of one series are written straight into compressed batches")
+	}
+	check()
+	// Rewrites that overlap what is stored, in batches of their own on TimescaleDB.
+	_, err = q.SeriesAppendColumns(ctx, columns(300, 700, 5000))
+	require.NoError(t, err)
+	expect(300, 700, 5000)
+	check()
+	_, err = q.SeriesAppendColumns(ctx, columns(350, 360, 9000))
+	require.NoError(t, err)
+	expect(350, 360, 9000)
+	check()
+	_, err = q.SeriesAppend(ctx, db.SeriesAppendParams{AccessID: user.AccessID, EventID: id,
+		Data: json.RawMessage(`{"format": "flatJSON", "fields": ["deltaTime", "value"], "points": [[10, -1], [650, -2.5], [10, -3], [900, 4]]}`)})
+	require.NoError(t, err)
+	want[10], want[650], want[900] = -3, -2.5, 4
+	check()
+
+	// Two writers of the same times: the second waits for the first and replaces its points.
+	tx1, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx1.Rollback(ctx)
+	_, err = db.New(tx1).SeriesAppendColumns(ctx, columns(1000, 1200, 100))
+	require.NoError(t, err)
+	second := make(chan error, 1)
+	go func() {
+		_, err := q.SeriesAppendColumns(ctx, columns(1100, 1300, 200))
+		second <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid::integer = series_private.lock_class())`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 10*time.Millisecond, "the second writer waits for its turn")
+	require.NoError(t, tx1.Commit(ctx))
+	require.NoError(t, <-second)
+	expect(1000, 1100, 100)
+	expect(1100, 1300, 200)
+	check()
+}

@@ -14,7 +14,7 @@
 -- change by small steps from point to point, which is what compression encodes in few bits; a
 -- number that does not fit that scale in 18 digits keeps its own. Two points of a call at one time
 -- in one series: the later one is written (DISTINCT ON, last write wins, as against the stored
--- point: ON CONFLICT DO UPDATE). Points and pending updates are written in series order, so two
+-- point: series_private.store_rows). Points and pending updates are written in series order, so two
 -- calls that write the same series lock alike. The metadata update of each holder is merged into
 -- series.pending_updates, never written to the event here (seed 001: the event is updated later,
 -- off the ingest path).
@@ -138,10 +138,12 @@ COMMENT ON FUNCTION series_private.prepare_fields(account.accesses, account.even
 
 -- The metadata update of each series written, merged into series.pending_updates in series order
 -- (so two calls that write the same series lock alike), whatever form the points came in.
+-- PL/pgSQL, so that its plan is kept from call to call (a SQL function is planned at every call).
 CREATE FUNCTION series_private.schedule(p_bodies series_private.body[], p_series bigint[], p_min timestamptz[], p_max timestamptz[])
 RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 AS $$
+BEGIN
     INSERT INTO series.pending_updates AS u (series_id, user_id, event_id, author, updated, data_min, data_max, deadline, flush_idle)
     SELECT x.series_id, h.user_id, h.event_id, h.author, account_private.now_s(), x.data_min, x.data_max,
            now() + settings_private.setting_interval('series.stale_limit', '300 seconds'),
@@ -154,11 +156,12 @@ AS $$
     SET author = excluded.author, updated = greatest(u.updated, excluded.updated),
         data_min = least(u.data_min, excluded.data_min), data_max = greatest(u.data_max, excluded.data_max),
         deadline = least(u.deadline, excluded.deadline), flush_idle = greatest(u.flush_idle, excluded.flush_idle);
+END
 $$;
 COMMENT ON FUNCTION series_private.schedule(series_private.body[], bigint[], timestamptz[], timestamptz[]) IS 'Schedules the metadata update of each series p_series[i] written from p_min[i] to p_max[i] (series ids ascending, each once): merged into series.pending_updates (author, user and event of its last body in p_bodies; deadline series.stale_limit, flush after series.cooldown). Raises SLINV when a setting is not an interval.';
 
--- Writes the points of checked bodies, all in one statement: a seriesBatch's bodies as one, so that
--- a batch of many small bodies costs what one large body costs.
+-- Reads the points of checked bodies, all in one statement, and stores them (08_store.sql): a
+-- seriesBatch's bodies as one, so that a batch of many small bodies costs what one large body costs.
 CREATE FUNCTION series_private.write(p_bodies series_private.body[])
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -173,15 +176,13 @@ DECLARE
     -- positions no body uses fold away.
     v_kinds  text[] := (SELECT min(u.kinds::text)::text[] FROM unnest(p_bodies) u HAVING count(DISTINCT u.kinds) = 1);
     v_shared boolean := v_kinds IS NOT NULL;
-    v_series bigint;
+    v_rows   series.points[];
 BEGIN
     IF v_shared AND (SELECT sum(jsonb_array_length(u.points)) FROM unnest(p_bodies) u) > 2000 THEN
         -- The function's SET restores the generic plan when it returns.
         PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
     END IF;
-    WITH ins AS (
-        INSERT INTO series.points AS p (series_id, at, n1, s1, t1, n2, s2, t2, n3, s3, t3, n4, s4, t4,
-                                        n5, s5, t5, n6, s6, t6, n7, s7, t7, n8, s8, t8)
+    SELECT array_agg(ROW(z.*)::series.points) INTO v_rows FROM (
         SELECT DISTINCT ON (c.series_id, c.us) c.series_id, series_private.us_at(c.us),
                CASE WHEN (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END) = 'number' THEN series_private.scaled_n(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_n(c.c1, (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END)) END,
                CASE WHEN (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END) = 'number' THEN series_private.scaled_s(c.x1, c.t1, c.sc1, c.m1) ELSE series_private.cell_s(c.c1, (CASE WHEN v_shared THEN v_kinds[1] ELSE c.k1 END)) END,
@@ -276,21 +277,12 @@ BEGIN
             ) w
         ) c
         ORDER BY c.series_id, c.us, c.n DESC, c.ord DESC
-        ON CONFLICT ON CONSTRAINT points_pkey DO UPDATE
-        SET n1 = excluded.n1, s1 = excluded.s1, t1 = excluded.t1, n2 = excluded.n2, s2 = excluded.s2, t2 = excluded.t2,
-            n3 = excluded.n3, s3 = excluded.s3, t3 = excluded.t3, n4 = excluded.n4, s4 = excluded.s4, t4 = excluded.t4,
-            n5 = excluded.n5, s5 = excluded.s5, t5 = excluded.t5, n6 = excluded.n6, s6 = excluded.s6, t6 = excluded.t6,
-            n7 = excluded.n7, s7 = excluded.s7, t7 = excluded.t7, n8 = excluded.n8, s8 = excluded.s8, t8 = excluded.t8
-        RETURNING p.series_id, p.at
-    )
-    SELECT count(*) INTO v_series
-    FROM (SELECT series_private.schedule(p_bodies, array_agg(x.series_id ORDER BY x.series_id),
-                                         array_agg(x.data_min ORDER BY x.series_id), array_agg(x.data_max ORDER BY x.series_id))
-          FROM (SELECT i.series_id, min(i.at) AS data_min, max(i.at) AS data_max FROM ins i GROUP BY i.series_id) x) s;
-    RETURN v_series;
+    ) z;
+    PERFORM series_private.store_rows(p_bodies, v_rows);
+    RETURN 1;
 END
 $$;
-COMMENT ON FUNCTION series_private.write(series_private.body[]) IS 'Writes the points of the checked bodies p_bodies (series_private.prepare) in one statement, all or none: each cell typed by its field''s kind, numbers at one scale per body and field, times to the microsecond; a point at the time of a stored one replaces it, and of two points of the call at one time in one series the later (by body, then by place) is written. Merges each series'' metadata update (author: the access id of its last body) into series.pending_updates (series_private.schedule). Returns 1 (the metadata updates are merged in one call). Raises SASTR (invalid-request-structure) for the first point that breaks a rule, with Pryv''s message and the body''s prefix.';
+COMMENT ON FUNCTION series_private.write(series_private.body[]) IS 'Writes the points of the checked bodies p_bodies (series_private.prepare), all or none: read in one statement, stored by series_private.store_rows; each cell typed by its field''s kind, numbers at one scale per body and field, times to the microsecond; a point at the time of a stored one replaces it, and of two points of the call at one time in one series the later (by body, then by place) is written. Merges each series'' metadata update (author: the access id of its last body) into series.pending_updates (series_private.schedule). Returns 1 (the metadata updates are merged in one call). Raises SASTR (invalid-request-structure) for the first point that breaks a rule, with Pryv''s message and the body''s prefix.';
 
 -- One notification per call and user, thrown at most once per series.notify_interval; later ones
 -- wait in series.notify_throttle for api.series_metadata_flush, or for the next call after the

@@ -253,12 +253,8 @@ AS $$
 $$;
 COMMENT ON FUNCTION series_private.column_rows(series_private.body[], integer[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[]) IS 'The rows series.points gets from bodies checked by api.series_append_columns (idx: the value column of each position; ti: the place of its first point; points: the scale of each position as a JSON array) and their points: p_body, p_time, and p_a1 .. p_a8 the values by position of the type: each value at its body''s scale (integers at scale 0); of two points of one series at one time, the later (by body, then by place). Raises SASTR (invalid-request-structure) for the first point that breaks a rule (series_private.column_failure).';
 
--- Writes the points of checked bodies given as columns. Last write wins against stored points,
--- but ON CONFLICT DO UPDATE costs about as much again as the insert (a speculative insertion: the
--- key is probed, then inserted). A call that appends after what its series hold (the usual feed)
--- meets no stored point: when an index probe per series finds none in the call's time range, the
--- rows are inserted plainly; should a concurrent call have written one of their times meanwhile,
--- the unique violation undoes the insert and it is redone with ON CONFLICT.
+-- Writes the points of checked bodies given as columns, as series_private.store_rows stores rows
+-- (08_store.sql), the rows streamed from the arrays into the insert rather than gathered first.
 CREATE FUNCTION series_private.write_columns(p_bodies series_private.body[], p_body integer[], p_time bigint[],
                                              p_a1 bigint[], p_a2 bigint[], p_a3 bigint[], p_a4 bigint[],
                                              p_a5 bigint[], p_a6 bigint[], p_a7 bigint[], p_a8 bigint[])
@@ -266,12 +262,16 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET enable_nestloop = off
 SET jit = off
+-- One plan for every call: no planning per call, and an estimate of the insert's rows that does
+-- not fall under the few rows for which TimescaleDB declines to compress directly (with a warning).
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_series bigint[];
     v_lo     timestamptz[];
     v_hi     timestamptz[];
-    v_plain  boolean;
+    v_i      integer;
+    v_direct boolean;
 BEGIN
     SELECT array_agg(x.series_id ORDER BY x.series_id), array_agg(series_private.us_at(x.lo) ORDER BY x.series_id),
            array_agg(series_private.us_at(x.hi) ORDER BY x.series_id)
@@ -281,27 +281,21 @@ BEGIN
           JOIN unnest(p_bodies) b ON b.n = t.bn
           GROUP BY b.series_id) x;
     SET LOCAL enable_nestloop = on;
-    v_plain := NOT EXISTS (SELECT FROM unnest(v_series, v_lo, v_hi) x(series_id, lo, hi)
-                           WHERE EXISTS (SELECT FROM series.points p WHERE p.series_id = x.series_id AND p.at BETWEEN x.lo AND x.hi));
+    FOR v_i IN SELECT array_position(v_series, s) FROM unnest(series_private.claim(v_series, v_lo, v_hi)) s LOOP
+        PERFORM series_private.clear(v_series[v_i], v_lo[v_i], v_hi[v_i],
+            ARRAY(SELECT series_private.us_at(CASE WHEN b.abs THEN t.tu ELSE b.te + t.tu END)
+                  FROM unnest(coalesce(p_body, array_fill(1, ARRAY[cardinality(p_time)])), p_time) t(bn, tu)
+                  JOIN unnest(p_bodies) b ON b.n = t.bn
+                  WHERE b.series_id = v_series[v_i]));
+    END LOOP;
     SET LOCAL enable_nestloop = off;
-    IF v_plain THEN
-        BEGIN
-            INSERT INTO series.points (series_id, at, n1, s1, n2, s2, n3, s3, n4, s4, n5, s5, n6, s6, n7, s7, n8, s8)
-            SELECT * FROM series_private.column_rows(p_bodies, p_body, p_time, p_a1, p_a2, p_a3, p_a4, p_a5, p_a6, p_a7, p_a8);
-        EXCEPTION WHEN unique_violation THEN
-            v_plain := false;
-        END;
-    END IF;
-    IF NOT v_plain THEN
-        INSERT INTO series.points AS p (series_id, at, n1, s1, n2, s2, n3, s3, n4, s4, n5, s5, n6, s6, n7, s7, n8, s8)
-        SELECT * FROM series_private.column_rows(p_bodies, p_body, p_time, p_a1, p_a2, p_a3, p_a4, p_a5, p_a6, p_a7, p_a8)
-        ON CONFLICT ON CONSTRAINT points_pkey DO UPDATE
-        SET n1 = excluded.n1, s1 = excluded.s1, t1 = NULL, n2 = excluded.n2, s2 = excluded.s2, t2 = NULL,
-            n3 = excluded.n3, s3 = excluded.s3, t3 = NULL, n4 = excluded.n4, s4 = excluded.s4, t4 = NULL,
-            n5 = excluded.n5, s5 = excluded.s5, t5 = NULL, n6 = excluded.n6, s6 = excluded.s6, t6 = NULL,
-            n7 = excluded.n7, s7 = excluded.s7, t7 = NULL, n8 = excluded.n8, s8 = excluded.s8, t8 = NULL;
+    v_direct := series_private.compress_on_write(cardinality(p_time), cardinality(v_series));
+    INSERT INTO series.points (series_id, at, n1, s1, n2, s2, n3, s3, n4, s4, n5, s5, n6, s6, n7, s7, n8, s8)
+    SELECT * FROM series_private.column_rows(p_bodies, p_body, p_time, p_a1, p_a2, p_a3, p_a4, p_a5, p_a6, p_a7, p_a8);
+    IF v_direct THEN
+        PERFORM set_config('timescaledb.enable_direct_compress_insert', 'off', true);
     END IF;
     PERFORM series_private.schedule(p_bodies, v_series, v_lo, v_hi);
 END
 $$;
-COMMENT ON FUNCTION series_private.write_columns(series_private.body[], integer[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[]) IS 'Writes the rows series_private.column_rows makes of checked bodies and their columns into series.points, replacing stored points at the same times, and merges the metadata updates (series_private.schedule). Raises what series_private.column_rows raises.';
+COMMENT ON FUNCTION series_private.write_columns(series_private.body[], integer[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[]) IS 'Writes the rows series_private.column_rows makes of checked bodies and their columns into series.points as series_private.store_rows does (the series'' turns taken, stored points at the same times replaced, straight into compressed batches when series_private.compress_on_write says so), and merges the metadata updates (series_private.schedule). Raises what series_private.column_rows raises.';

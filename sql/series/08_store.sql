@@ -1,0 +1,108 @@
+-- Storing checked points, whatever form they came in (flatJSON: 02_append.sql; typed columns:
+-- 07_columns.sql). One row per series and time, the last write winning:
+--   1. the writers of a series take turns (series_private.claim: a transaction lock per series, taken
+--      in series order, so two calls that share series never deadlock);
+--   2. a call whose time range meets stored points of a series deletes the stored points at its
+--      times first (series_private.clear); an append after what the series holds, the usual feed,
+--      meets none and costs one probe per series;
+--   3. the points are inserted plainly.
+-- Why not ON CONFLICT: on TimescaleDB, points are written straight into compressed batches when a
+-- call brings enough of them per series (series_private.compress_on_write), which TimescaleDB does
+-- only for a hypertable without a unique index; and a plain insert costs about half of a
+-- speculative one wherever nothing is in the way. Native partitions keep their primary key, which
+-- the turns above never let a writer meet.
+
+-- The lock class of series writers (the first key of pg_advisory_xact_lock(int, int)).
+CREATE FUNCTION series_private.lock_class()
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT 1936029808;  -- 'seri' as four bytes
+$$;
+COMMENT ON FUNCTION series_private.lock_class() IS 'The first key of the transaction advisory locks series writers take (pg_advisory_xact_lock(class, series_id mod 2^31-1)): a DBA finds them in pg_locks with classid = this. Raises nothing.';
+
+CREATE FUNCTION series_private.claim(p_series bigint[], p_lo timestamptz[], p_hi timestamptz[])
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_stored bigint[] := '{}';
+    v_series bigint;
+    v_lo     timestamptz;
+    v_hi     timestamptz;
+BEGIN
+    PERFORM pg_advisory_xact_lock(series_private.lock_class(), (s.id % 2147483647)::integer)
+    FROM (SELECT DISTINCT u.id FROM unnest(p_series) u(id) ORDER BY u.id) s;
+    -- A probe per series, its bounds as parameters: on a compressed chunk TimescaleDB then reads
+    -- only the batches whose time range meets them (from the batches' metadata), and on rows the
+    -- (series_id, at) index. (Bounds taken from a join would be compared with every point.)
+    FOR v_series, v_lo, v_hi IN SELECT * FROM unnest(p_series, p_lo, p_hi) ORDER BY 1 LOOP
+        IF EXISTS (SELECT FROM series.points p WHERE p.series_id = v_series AND p.at BETWEEN v_lo AND v_hi) THEN
+            v_stored := v_stored || v_series;
+        END IF;
+    END LOOP;
+    RETURN v_stored;
+END
+$$;
+COMMENT ON FUNCTION series_private.claim(bigint[], timestamptz[], timestamptz[]) IS 'Takes the turn of the writers of series p_series (transaction advisory locks, class series_private.lock_class(), in series order; released at commit or rollback) and returns those of them with stored points between p_lo[i] and p_hi[i] (inclusive), ascending: the series whose stored points at the call''s times must go first (series_private.clear). Raises nothing.';
+
+CREATE FUNCTION series_private.clear(p_series bigint, p_lo timestamptz, p_hi timestamptz, p_times timestamptz[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    -- The range as parameters lets TimescaleDB decompress only the batches that meet it.
+    DELETE FROM series.points p WHERE p.series_id = p_series AND p.at BETWEEN p_lo AND p_hi AND p.at = ANY (p_times);
+END
+$$;
+COMMENT ON FUNCTION series_private.clear(bigint, timestamptz, timestamptz, timestamptz[]) IS 'Deletes the stored points of series p_series at the times p_times (all between p_lo and p_hi), which a write is about to replace. Call it holding the series'' turn (series_private.claim). Raises nothing.';
+
+CREATE FUNCTION series_private.compress_on_write(p_points bigint, p_series integer)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_min bigint := settings_private.setting('series.compress_on_write', '100')::bigint;
+BEGIN
+    IF v_min <= 0 OR p_points < v_min * greatest(p_series, 1)
+       OR (SELECT t.backend FROM partition.tables t WHERE t.relation = 'series.points'::regclass) IS DISTINCT FROM 'timescaledb' THEN
+        RETURN false;
+    END IF;
+    PERFORM set_config('timescaledb.enable_direct_compress_insert', 'on', true);
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION series_private.compress_on_write(bigint, integer) IS 'Whether a call writing p_points points into p_series series writes them straight into compressed batches: on TimescaleDB, when they are at least the setting series.compress_on_write per series (0: never). If so, switches TimescaleDB''s direct compression on for the transaction; the caller switches it off again after its insert. Raises 22P02 when the setting is not an integer.';
+
+-- Rows given whole (the flatJSON path, whose cells may be strings): stored as above.
+CREATE FUNCTION series_private.store_rows(p_bodies series_private.body[], p_rows series.points[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+AS $$
+DECLARE
+    v_series bigint[];
+    v_lo     timestamptz[];
+    v_hi     timestamptz[];
+    v_i      integer;
+    v_direct boolean;
+BEGIN
+    SELECT array_agg(x.series_id ORDER BY x.series_id), array_agg(x.lo ORDER BY x.series_id), array_agg(x.hi ORDER BY x.series_id)
+    INTO v_series, v_lo, v_hi
+    FROM (SELECT r.series_id, min(r.at) AS lo, max(r.at) AS hi FROM unnest(p_rows) r GROUP BY r.series_id) x;
+    IF v_series IS NULL THEN
+        RETURN;
+    END IF;
+    FOR v_i IN SELECT array_position(v_series, s) FROM unnest(series_private.claim(v_series, v_lo, v_hi)) s LOOP
+        PERFORM series_private.clear(v_series[v_i], v_lo[v_i], v_hi[v_i],
+                                     ARRAY(SELECT r.at FROM unnest(p_rows) r WHERE r.series_id = v_series[v_i]));
+    END LOOP;
+    v_direct := series_private.compress_on_write(cardinality(p_rows), cardinality(v_series));
+    INSERT INTO series.points SELECT * FROM unnest(p_rows);
+    IF v_direct THEN
+        PERFORM set_config('timescaledb.enable_direct_compress_insert', 'off', true);
+    END IF;
+    PERFORM series_private.schedule(p_bodies, v_series, v_lo, v_hi);
+END
+$$;
+COMMENT ON FUNCTION series_private.store_rows(series_private.body[], series.points[]) IS 'Stores the rows p_rows of checked bodies p_bodies (one per series and time, each in its stored form), replacing stored points at their times: the series'' turns taken and the points in the way deleted first (series_private.claim, series_private.clear), straight into compressed batches when series_private.compress_on_write says so. Merges each series'' metadata update (series_private.schedule). Raises what series_private.schedule raises.';
