@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -150,7 +151,7 @@ func testSeriesStorage(t *testing.T, pool *pgxpool.Pool, want string) {
 }
 
 // Last write wins however the points are stored: straight into compressed batches on TimescaleDB
-// (calls of series.compress_on_write points or more per series), as rows otherwise, rewritten by
+// (calls of series.compress_on_write points or more), as rows otherwise, rewritten by
 // the typed and the flatJSON paths, and by two writers of one series at once.
 func TestSeriesStorageLastWriteWins(t *testing.T) {
 	t.Parallel()
@@ -201,6 +202,24 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 			}
 			require.Equal(t, want[int64(p[0])], p[1], "the point at %v", p[0])
 		}
+		// The paged read the HTTP routes stream, in pages of 500.
+		var paged []int64
+		limit := int32(500)
+		rp := db.SeriesReadColumnsParams{AccessID: user.AccessID, EventID: id, Relative: true, TimeField: "deltaTime", MaxPoints: &limit}
+		for {
+			page, err := q.SeriesReadColumns(ctx, rp)
+			require.NoError(t, err)
+			for i, us := range page.TimeUs {
+				require.Equal(t, want[us/1000000], float64(page.N1[i])/math.Pow10(int(page.S1[i])), "the point at %d µs", us)
+			}
+			paged = append(paged, page.TimeUs...)
+			if page.Points < limit {
+				break
+			}
+			rp.After = &page.LastAt
+		}
+		require.Len(t, paged, len(want))
+		require.IsIncreasing(t, paged, "pages in time order, each point once")
 		var rows, times int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT p.at) FROM series.points p
 			JOIN account.events e ON e.series_id = p.series_id WHERE e.id = $1`, id).Scan(&rows, &times))
@@ -218,18 +237,32 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 	}
 	check()
 	// Rewrites that overlap what is stored, in batches of their own on TimescaleDB.
-	_, err = q.SeriesAppendColumns(ctx, columns(300, 700, 5000))
+	_, err = q.SeriesAppendColumns(ctx, columns(300, 900, 5000))
 	require.NoError(t, err)
-	expect(300, 700, 5000)
+	expect(300, 900, 5000)
 	check()
 	_, err = q.SeriesAppendColumns(ctx, columns(350, 360, 9000))
 	require.NoError(t, err)
 	expect(350, 360, 9000)
 	check()
 	_, err = q.SeriesAppend(ctx, db.SeriesAppendParams{AccessID: user.AccessID, EventID: id,
-		Data: json.RawMessage(`{"format": "flatJSON", "fields": ["deltaTime", "value"], "points": [[10, -1], [650, -2.5], [10, -3], [900, 4]]}`)})
+		Data: json.RawMessage(`{"format": "flatJSON", "fields": ["deltaTime", "value"], "points": [[10, -1], [650, -2.5], [10, -3], [950, 4]]}`)})
 	require.NoError(t, err)
-	want[10], want[650], want[900] = -3, -2.5, 4
+	want[10], want[650], want[950] = -3, -2.5, 4
+	check()
+
+	// Batches whose time ranges overlap without sharing a time (every other second, then the
+	// seconds between): read back merged in time order.
+	even, odd := columns(0, 0, 0), columns(0, 0, 0)
+	for i := int64(2000); i < 3200; i += 2 {
+		even.Time, even.V1 = append(even.Time, i*1000000), append(even.V1, i)
+		odd.Time, odd.V1 = append(odd.Time, (i+1)*1000000), append(odd.V1, -i)
+		want[i], want[i+1] = float64(i)/100, float64(-i)/100
+	}
+	_, err = q.SeriesAppendColumns(ctx, even)
+	require.NoError(t, err)
+	_, err = q.SeriesAppendColumns(ctx, odd)
+	require.NoError(t, err)
 	check()
 
 	// Two writers of the same times: the second waits for the first and replaces its points.

@@ -48,10 +48,16 @@ BEGIN
         RAISE EXCEPTION 'series columns: every value column has one value per point' USING ERRCODE = 'SAINV';
     END IF;
     -- Points per body (bodies numbered from 1; p_body NULL: every point is of body 1).
-    SELECT array_agg(coalesce(c.points, 0) ORDER BY g.i), array_agg(c.first ORDER BY g.i) INTO v_counts, v_firsts
-    FROM generate_series(1, v_nb) g(i)
-    LEFT JOIN (SELECT t.bn, count(*)::integer AS points, min(t.ord)::integer AS first
-               FROM unnest(coalesce(p_body, array_fill(1, ARRAY[v_np]))) WITH ORDINALITY t(bn, ord) GROUP BY t.bn) c ON c.bn = g.i;
+    IF p_body IS NULL THEN
+        v_counts := array_fill(0, ARRAY[v_nb]);
+        v_counts[1] := v_np;
+        v_firsts := ARRAY[CASE WHEN v_np > 0 THEN 1 END];
+    ELSE
+        SELECT array_agg(coalesce(c.points, 0) ORDER BY g.i), array_agg(c.first ORDER BY g.i) INTO v_counts, v_firsts
+        FROM generate_series(1, v_nb) g(i)
+        LEFT JOIN (SELECT t.bn, count(*)::integer AS points, min(t.ord)::integer AS first
+                   FROM unnest(p_body) WITH ORDINALITY t(bn, ord) GROUP BY t.bn) c ON c.bn = g.i;
+    END IF;
     IF v_np > 0 AND EXISTS (SELECT FROM unnest(coalesce(p_body, '{1}')) t(bn) WHERE t.bn IS NULL OR t.bn < 1 OR t.bn > v_nb) THEN
         RAISE EXCEPTION 'series columns: a body number is between 1 and %', v_nb USING ERRCODE = 'SAINV';
     END IF;
@@ -273,13 +279,21 @@ DECLARE
     v_i      integer;
     v_direct boolean;
 BEGIN
-    SELECT array_agg(x.series_id ORDER BY x.series_id), array_agg(series_private.us_at(x.lo) ORDER BY x.series_id),
-           array_agg(series_private.us_at(x.hi) ORDER BY x.series_id)
-    INTO v_series, v_lo, v_hi
-    FROM (SELECT b.series_id, min(CASE WHEN b.abs THEN t.tu ELSE b.te + t.tu END) AS lo, max(CASE WHEN b.abs THEN t.tu ELSE b.te + t.tu END) AS hi
-          FROM unnest(coalesce(p_body, array_fill(1, ARRAY[cardinality(p_time)])), p_time) t(bn, tu)
-          JOIN unnest(p_bodies) b ON b.n = t.bn
-          GROUP BY b.series_id) x;
+    IF p_body IS NULL THEN
+        -- One body: its extent is that of its times.
+        SELECT ARRAY[p_bodies[1].series_id], ARRAY[series_private.us_at(min(t.tu) + CASE WHEN p_bodies[1].abs THEN 0 ELSE p_bodies[1].te END)],
+               ARRAY[series_private.us_at(max(t.tu) + CASE WHEN p_bodies[1].abs THEN 0 ELSE p_bodies[1].te END)]
+        INTO v_series, v_lo, v_hi
+        FROM unnest(p_time) t(tu);
+    ELSE
+        SELECT array_agg(x.series_id ORDER BY x.series_id), array_agg(series_private.us_at(x.lo) ORDER BY x.series_id),
+               array_agg(series_private.us_at(x.hi) ORDER BY x.series_id)
+        INTO v_series, v_lo, v_hi
+        FROM (SELECT b.series_id, min(CASE WHEN b.abs THEN t.tu ELSE b.te + t.tu END) AS lo, max(CASE WHEN b.abs THEN t.tu ELSE b.te + t.tu END) AS hi
+              FROM unnest(p_body, p_time) t(bn, tu)
+              JOIN unnest(p_bodies) b ON b.n = t.bn
+              GROUP BY b.series_id) x;
+    END IF;
     SET LOCAL enable_nestloop = on;
     FOR v_i IN SELECT array_position(v_series, s) FROM unnest(series_private.claim(v_series, v_lo, v_hi)) s LOOP
         PERFORM series_private.clear(v_series[v_i], v_lo[v_i], v_hi[v_i],
