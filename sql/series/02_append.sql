@@ -143,14 +143,17 @@ CREATE FUNCTION series_private.schedule(p_bodies series_private.body[], p_series
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+    v_now      double precision := account_private.now_s();
+    v_deadline timestamptz := now() + settings_private.setting_interval('series.stale_limit', '300 seconds');
+    v_idle     timestamptz := now() + settings_private.setting_interval('series.cooldown', '10 seconds');
 BEGIN
     INSERT INTO series.pending_updates AS u (series_id, user_id, event_id, author, updated, data_min, data_max, deadline, flush_idle)
-    SELECT x.series_id, h.user_id, h.event_id, h.author, account_private.now_s(), x.data_min, x.data_max,
-           now() + settings_private.setting_interval('series.stale_limit', '300 seconds'),
-           now() + settings_private.setting_interval('series.cooldown', '10 seconds')
+    SELECT x.series_id, h.user_id, h.event_id, h.author, v_now, x.data_min, x.data_max, v_deadline, v_idle
     FROM unnest(p_series, p_min, p_max) AS x(series_id, data_min, data_max)
-    JOIN LATERAL (SELECT b.user_id, b.event_id, b.author FROM unnest(p_bodies) b WHERE b.series_id = x.series_id
-                  ORDER BY b.n DESC LIMIT 1) h ON true
+    -- Each series' last body, in one pass over the bodies (not one per series).
+    JOIN (SELECT DISTINCT ON (b.series_id) b.series_id, b.user_id, b.event_id, b.author
+          FROM unnest(p_bodies) b ORDER BY b.series_id, b.n DESC) h ON h.series_id = x.series_id
     ORDER BY x.series_id
     ON CONFLICT (series_id) DO UPDATE
     SET author = excluded.author, updated = greatest(u.updated, excluded.updated),

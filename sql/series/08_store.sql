@@ -57,9 +57,10 @@ END
 $$;
 COMMENT ON FUNCTION series_private.clear(bigint, timestamptz, timestamptz, timestamptz[]) IS 'Deletes the stored points of series p_series at the times p_times (all between p_lo and p_hi), which a write is about to replace. Call it holding the series'' turn (series_private.claim). Raises nothing.';
 
--- Direct compression has a fixed cost (about 0.6 ms a statement here: the compressor, its flush,
+-- Direct compression has a fixed cost a statement (about 0.6 ms here: the compressor, its flush,
 -- the compressed chunk's index) and saves about half of the per-point cost of a row insert, so it
--- pays from a few hundred points a call; batches of fewer than a tenth of that per series would
+-- pays from a few hundred points a call, however many series share them (100 series of 100 points
+-- a call: 5 µs a point against 8 as rows); batches of fewer than a tenth of that per series would
 -- compress poorly until the policy recompresses their chunk.
 CREATE FUNCTION series_private.compress_on_write(p_points bigint, p_series integer)
 RETURNS boolean
