@@ -265,6 +265,21 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 	require.NoError(t, err)
 	check()
 
+	// A flatJSON body of 600 points given latest first (written straight into compressed batches
+	// on TimescaleDB): stored and read back in time order.
+	var rev strings.Builder
+	for i := int64(3799); i >= 3200; i-- {
+		if i < 3799 {
+			rev.WriteByte(',')
+		}
+		fmt.Fprintf(&rev, "[%d, %d.%02d]", i, i/100, i%100)
+		want[i] = float64(i) / 100
+	}
+	_, err = q.SeriesAppend(ctx, db.SeriesAppendParams{AccessID: user.AccessID, EventID: id,
+		Data: json.RawMessage(`{"format": "flatJSON", "fields": ["deltaTime", "value"], "points": [` + rev.String() + `]}`)})
+	require.NoError(t, err)
+	check()
+
 	// Two writers of the same times: the second waits for the first and replaces its points.
 	tx1, err := pool.Begin(ctx)
 	require.NoError(t, err)

@@ -74,10 +74,14 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM set_config('timescaledb.enable_direct_compress_insert', 'on', true);
+    -- The writers' rows come sorted by series and time (last write wins sorts them so): the
+    -- compressor need not sort them again. The chunk is still marked unordered, as batches of
+    -- different calls may overlap in time, so reads merge them.
+    PERFORM set_config('timescaledb.enable_direct_compress_insert_sort_batches', 'off', true);
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION series_private.compress_on_write(bigint, integer) IS 'Whether a call writing p_points points into p_series series writes them straight into compressed batches: on TimescaleDB, when they are at least the setting series.compress_on_write (0: never) and at least a tenth of it per series on average. If so, switches TimescaleDB''s direct compression on for the transaction; the caller switches it off again after its insert. Raises 22P02 when the setting is not an integer.';
+COMMENT ON FUNCTION series_private.compress_on_write(bigint, integer) IS 'Whether a call writing p_points points into p_series series writes them straight into compressed batches: on TimescaleDB, when they are at least the setting series.compress_on_write (0: never) and at least a tenth of it per series on average. If so, switches TimescaleDB''s direct compression on for the transaction, without its sort (the rows must come sorted by series_id and at); the caller switches it off again after its insert. Raises 22P02 when the setting is not an integer.';
 
 -- Rows given whole (the flatJSON path, whose cells may be strings): stored as above.
 CREATE FUNCTION series_private.store_rows(p_bodies series_private.body[], p_rows series.points[])
@@ -103,7 +107,7 @@ BEGIN
                                      ARRAY(SELECT r.at FROM unnest(p_rows) r WHERE r.series_id = v_series[v_i]));
     END LOOP;
     v_direct := series_private.compress_on_write(cardinality(p_rows), cardinality(v_series));
-    INSERT INTO series.points SELECT * FROM unnest(p_rows);
+    INSERT INTO series.points SELECT * FROM unnest(p_rows) r ORDER BY r.series_id, r.at;
     IF v_direct THEN
         PERFORM set_config('timescaledb.enable_direct_compress_insert', 'off', true);
     END IF;
