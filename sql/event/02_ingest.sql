@@ -98,8 +98,8 @@ COMMENT ON FUNCTION event_private.deliver(text[], text[], text[], timestamptz[])
 -- (a thousand events: a million comparisons): hash joins it is. Without JIT: the cost of the
 -- nested loops it is told to avoid would make it compile the statement (seconds) at every call.
 -- One generic plan per connection: planning the statement costs as much as a hundred events.
-CREATE FUNCTION event_private.ingest_all(p_events jsonb[], p_bad jsonb DEFAULT NULL)
-RETURNS event_private.ingested[]
+CREATE FUNCTION event_private.ingest_all(p_events jsonb[], p_bad jsonb DEFAULT NULL, p_answer boolean DEFAULT false,
+                                         OUT results event_private.ingested[], OUT answer text)
 LANGUAGE plpgsql VOLATILE
 SET enable_nestloop = off
 SET jit = off
@@ -107,6 +107,9 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_consumers boolean := EXISTS (SELECT FROM event.consumers);
+    -- An answer's element for an event stored by this call, after its id.
+    v_stored    text := ',"status":"stored","firstStored":"' || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') || '"}';
+    v_refused   bigint;
     v_res       event_private.ingested[];
     v_eids      text[];
     v_cids      text[];
@@ -129,13 +132,25 @@ BEGIN
         )
         SELECT array_agg(ROW(s.ord, CASE WHEN s.problem IS NULL THEN 'stored' ELSE 'refused' END,
                              CASE WHEN s.id_ok THEN s.eid END, CASE WHEN s.problem IS NULL THEN now() END,
-                             s.problem[1], s.problem[2])::event_private.ingested),
+                             s.problem[1], s.problem[2])::event_private.ingested) FILTER (WHERE NOT p_answer),
+               count(*) FILTER (WHERE s.problem IS NOT NULL),
+               '[' || string_agg('{"eventId":' || to_json(s.eid)::text || v_stored, ',') FILTER (WHERE p_answer AND s.problem IS NULL) || ']',
                array_agg(s.eid) FILTER (WHERE v_consumers AND s.problem IS NULL),
                array_agg(s.cid) FILTER (WHERE v_consumers AND s.problem IS NULL),
                array_agg(s.etype) FILTER (WHERE v_consumers AND s.problem IS NULL),
                array_agg(s.at) FILTER (WHERE v_consumers AND s.problem IS NULL)
-        INTO v_res, v_eids, v_cids, v_types, v_ats
+        INTO v_res, v_refused, answer, v_eids, v_cids, v_types, v_ats
         FROM src s;
+        -- An answer with a refusal is the caller's to word: the events read again, for their rows
+        -- (the same as the first time: the same elements, the same now()).
+        IF p_answer AND v_refused > 0 THEN
+            answer := NULL;
+            v_res := ARRAY(
+                SELECT ROW(s.ord, CASE WHEN s.problem IS NULL THEN 'stored' ELSE 'refused' END,
+                           CASE WHEN s.id_ok THEN s.eid END, CASE WHEN s.problem IS NULL THEN now() END,
+                           s.problem[1], s.problem[2])::event_private.ingested
+                FROM event_private.parse(p_events, p_bad) s);
+        END IF;
     EXCEPTION WHEN unique_violation THEN
         WITH src AS MATERIALIZED (
             SELECT p.*, p.problem IS NULL AND p.eid IS DISTINCT FROM lag(p.eid) OVER (PARTITION BY p.problem IS NULL ORDER BY p.eid COLLATE "C", p.ord) AS first
@@ -180,11 +195,11 @@ BEGIN
     IF v_eids IS NOT NULL THEN
         PERFORM event_private.deliver(v_eids, v_cids, v_types, v_ats);
     END IF;
-    RETURN coalesce(v_res, '{}');
+    results := CASE WHEN answer IS NULL THEN coalesce(v_res, '{}') END;
 END
 $$;
-COMMENT ON FUNCTION event_private.ingest_all(jsonb[], jsonb) IS
-    'Ingests the events p_events (each element one event) in the caller''s transaction; p_bad (default NULL): {"<ord>": "<reason>"} for elements that stand for unreadable input, refused with SEEVT and the reason. Each valid event whose grnry-event-id is not stored yet (and not earlier in p_events) is stored in event.events and event.event_ids and delivered to the consumers of its type (event_private.deliver). Returns one event_private.ingested per element, in order (empty for no element). Refusals as api.event_ingest says. Raises nothing of its own.';
+COMMENT ON FUNCTION event_private.ingest_all(jsonb[], jsonb, boolean) IS
+    'Ingests the events p_events (each element one event) in the caller''s transaction; p_bad (default NULL): {"<ord>": "<reason>"} for elements that stand for unreadable input, refused with SEEVT and the reason. Each valid event whose grnry-event-id is not stored yet (and not earlier in p_events) is stored in event.events and event.event_ids and delivered to the consumers of its type (event_private.deliver). Returns results: one event_private.ingested per element, in order (empty for no element); answer: NULL, or with p_answer (default false) when every element was stored, the text of POST /events'' answer (as event_private.answer_text words it), results then NULL. Refusals as api.event_ingest says. Raises nothing of its own.';
 
 CREATE FUNCTION event_private.ingest(p_events jsonb, p_bad jsonb DEFAULT NULL)
 RETURNS SETOF event_private.ingested
@@ -195,7 +210,7 @@ BEGIN
         RAISE EXCEPTION 'events must be a JSON object (one event) or an array of events'
             USING ERRCODE = 'SLINV', DETAIL = format('got %s', coalesce(jsonb_typeof(p_events), 'NULL'));
     END IF;
-    RETURN QUERY SELECT * FROM unnest(event_private.ingest_all(event_private.elements(p_events), p_bad));
+    RETURN QUERY SELECT * FROM unnest((event_private.ingest_all(event_private.elements(p_events), p_bad)).results);
 END
 $$;
 COMMENT ON FUNCTION event_private.ingest(jsonb, jsonb) IS

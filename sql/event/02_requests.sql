@@ -45,6 +45,7 @@ DECLARE
     v_ord_in integer[];
     v_res    api.event_ingest_results[];
     v_answer text;
+    v_ingest record;
 BEGIN
     -- A body sent apart as text ("text": true) stands in the claims as a string: the SHA-256 of
     -- the text when the request has a key (what a repeat of the key is compared by), else ''.
@@ -64,11 +65,16 @@ BEGIN
     -- come, with nothing to record or to merge.
     IF cardinality(v_claims) = 1 AND v_claims[1].outcome = 'fresh' THEN
         v_bad := CASE WHEN jsonb_typeof(p_requests -> 0 -> 'invalid') = 'object' THEN p_requests -> 0 -> 'invalid' END;
+        SELECT * INTO v_ingest FROM event_private.ingest_all(
+            event_private.elements(v_claims[1].body, CASE WHEN p_requests -> 0 -> 'text' = 'true' THEN p_texts[1] END, v_bad),
+            v_bad, p_answers);
+        IF v_ingest.answer IS NOT NULL THEN
+            RETURN NEXT ROW(1, NULL, 'answered', NULL, NULL, NULL, NULL, false, v_ingest.answer)::api.event_ingest_results;
+            RETURN;
+        END IF;
         v_res := ARRAY(
             SELECT ROW(1, i.ord, i.status, i.event_id, i.first_stored, i.sqlstate, i.reason, false, NULL)::api.event_ingest_results
-            FROM unnest(event_private.ingest_all(
-                     event_private.elements(v_claims[1].body, CASE WHEN p_requests -> 0 -> 'text' = 'true' THEN p_texts[1] END, v_bad),
-                     v_bad)) AS i);
+            FROM unnest(v_ingest.results) AS i);
         v_answer := CASE WHEN p_answers THEN event_private.answer_text(v_res) END;
         IF v_answer IS NOT NULL THEN
             RETURN NEXT ROW(1, NULL, 'answered', NULL, NULL, NULL, NULL, false, v_answer)::api.event_ingest_results;
@@ -98,7 +104,7 @@ BEGIN
         v_res := ARRAY(
             SELECT ROW(v_req_of[i.ord], v_ord_in[i.ord], i.status, i.event_id, i.first_stored, i.sqlstate,
                        i.reason, false, NULL)::api.event_ingest_results
-            FROM unnest(event_private.ingest_all(v_events, v_bad)) AS i);
+            FROM unnest((event_private.ingest_all(v_events, v_bad)).results) AS i);
     END IF;
 
     IF EXISTS (SELECT FROM unnest(v_claims) AS c WHERE c.outcome IN ('new', 'repeat')) THEN
