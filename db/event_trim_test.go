@@ -79,11 +79,30 @@ func testEventTrim(t *testing.T, pool *pgxpool.Pool, backend string) {
 	rows = evIngest(t, pool, evMsg("mid-6", "t", "c0", "", "2"))
 	require.Equal(t, "duplicate", rows[0].Status)
 
-	// A shorter retention from psql; a negative one is refused.
+	// A shorter retention from psql, as of noon: a partition straddling the cutoff stays whole,
+	// with the ids of its events older than the cutoff.
+	noon := time.Date(now.UTC().Year(), now.UTC().Month(), now.UTC().Day(), 12, 0, 0, 0, time.UTC)
+	edge := noon.Add(-7*24*time.Hour - time.Hour)
+	rows = evIngest(t, pool, evMsg("edge", "t", "c2", fmt.Sprintf(`"grnry-event-timestamp": %d`, edge.UnixMilli()), "3"))
+	require.Equal(t, "stored", rows[0].Status)
+	_, err = db.New(pool).PartitionMaintain(ctx)
+	require.NoError(t, err)
+	var dropped int
+	var ids, deliveries int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT * FROM api.event_trim('7 days', $1)`, noon).Scan(&dropped, &ids, &deliveries))
+	require.EqualValues(t, 5, ids)
+	require.EqualValues(t, 5, deliveries)
+	require.Equal(t, 2, count(`SELECT count(*) FROM event.events`))
+	require.Equal(t, 1, count(`SELECT count(*) FROM event.events WHERE event_id = 'edge'`))
+	require.Equal(t, 2, count(`SELECT count(*) FROM event.event_ids`))
+	rows = evIngest(t, pool, evMsg("edge", "t", "c2", "", "3"))
+	require.Equal(t, "duplicate", rows[0].Status)
+
+	// Seven days as of now: nothing more to drop; a negative retention is refused.
 	res, err = db.New(pool).EventTrim(ctx, pgtype.Interval{Days: 7, Valid: true})
 	require.NoError(t, err)
-	require.EqualValues(t, 5, res.DeletedIds)
-	require.Equal(t, 1, count(`SELECT count(*) FROM event.events`))
+	require.EqualValues(t, 0, res.DeletedIds)
+	require.Equal(t, 2, count(`SELECT count(*) FROM event.events`))
 	_, err = db.New(pool).EventTrim(ctx, pgtype.Interval{Days: -1, Valid: true})
 	require.Equal(t, "SLINV", sqlState(err))
 }
