@@ -72,12 +72,15 @@ BEGIN
 
     -- Wake idle belt workers when a lane had nothing waiting: behind waiting deliveries the
     -- workers are busy with the lane already, and a notifying commit takes a database-wide lock
-    -- (profile_private.inbox_add does the same for the profile updater).
+    -- (profile_private.inbox_add does the same for the profile updater). One probe of
+    -- deliveries_lane_idx per lane: the OFFSET keeps the test a subquery per lane, which the planner
+    -- would otherwise make an anti join that reads every waiting delivery.
     IF v_heads IS NOT NULL AND EXISTS (
             SELECT FROM jsonb_array_elements(v_heads) h
             WHERE NOT EXISTS (SELECT FROM event.deliveries d
                               WHERE d.consumer_id = (h ->> 0)::bigint AND d.lane = (h ->> 1)::smallint
-                                AND d.id < (h ->> 2)::bigint)) THEN
+                                AND d.id < (h ->> 2)::bigint
+                              OFFSET 0)) THEN
         PERFORM pg_notify('silo_belt', '');
     END IF;
 END
