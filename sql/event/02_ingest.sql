@@ -1,8 +1,9 @@
 -- Event store, ingest: events in Granary's two parts ({"event_headers": {...}, "event_payload":
 -- ...}) are checked, deduplicated by grnry-event-id, stored, and delivered to the consumers of
 -- their types, all in the caller's transaction. psql calls api.event_ingest with one event or an
--- array; HTTP's POST /events calls api.event_ingest_requests with the requests it joined (each its
--- own caller and idempotency key, sql/idempotency/), an NDJSON body as one JSON string.
+-- array; HTTP's POST /events calls api.event_ingest_requests (sql/event/02_requests.sql) with the
+-- requests it joined (each its own caller and idempotency key, sql/idempotency/), an NDJSON body as
+-- text beside them.
 --
 -- Why it is shaped so:
 -- * Set-based: a call carries up to thousands of events, and a statement per event would cost
@@ -13,6 +14,8 @@
 --   document, whose parse costs twice that of its lines.
 -- * Bad events cost the others nothing: a rule broken is a refused row (SQLSTATE and reason), not
 --   an error.
+-- * The usual answer is text: when every event of a call is stored, the statement that stores
+--   them writes POST /events' answer (p_answer), and no row per event is formed.
 -- * Deduplication by event.event_ids' primary key (event_private.ingest_all says how the usual
 --   call, with no id seen before, avoids the cost of ON CONFLICT). Within a call, the first valid
 --   event with an id is stored, the later ones answer duplicate.
