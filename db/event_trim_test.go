@@ -103,6 +103,20 @@ func testEventTrim(t *testing.T, pool *pgxpool.Pool, backend string) {
 	require.NoError(t, err)
 	require.EqualValues(t, 0, res.DeletedIds)
 	require.Equal(t, 2, count(`SELECT count(*) FROM event.events`))
+
+	// An event past the partitions made ahead (natively it waits in the default partition, which
+	// keeps its rows from the partition of the cutoff on) stays with its id when the cutoff is
+	// just after it; the others go.
+	far := time.Date(now.UTC().Year()+5, 1, 1, 10, 0, 0, 0, time.UTC)
+	rows = evIngest(t, pool, evMsg("far", "t", "c1", fmt.Sprintf(`"grnry-event-timestamp": %d`, far.UnixMilli()), "4"))
+	require.Equal(t, "stored", rows[0].Status)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT * FROM api.event_trim('30 minutes', $1)`, far.Add(time.Hour)).Scan(&dropped, &ids, &deliveries))
+	require.EqualValues(t, 2, ids)
+	require.EqualValues(t, 2, deliveries)
+	require.Equal(t, 1, count(`SELECT count(*) FROM event.events WHERE event_id = 'far'`))
+	require.Equal(t, 1, count(`SELECT count(*) FROM event.events`))
+	require.Equal(t, 1, count(`SELECT count(*) FROM event.event_ids WHERE event_id = 'far'`))
+	require.Equal(t, 1, count(`SELECT count(*) FROM event.event_ids`))
 	_, err = db.New(pool).EventTrim(ctx, pgtype.Interval{Days: -1, Valid: true})
 	require.Equal(t, "SLINV", sqlState(err))
 }
