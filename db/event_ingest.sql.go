@@ -59,13 +59,14 @@ func (q *Queries) EventIngest(ctx context.Context, events json.RawMessage) ([]Ev
 
 const eventIngestRequests = `-- name: EventIngestRequests :many
 SELECT r.request::integer AS request, r.ord, r.status::text AS status, r.event_id, r.first_stored,
-       r.sqlstate, r.reason, r.replayed::boolean AS replayed
-FROM api.event_ingest_requests($1::jsonb, $2::text[]) r
+       r.sqlstate, r.reason, r.replayed::boolean AS replayed, r.answer
+FROM api.event_ingest_requests($1::jsonb, $2::text[], $3::boolean) r
 `
 
 type EventIngestRequestsParams struct {
 	Requests json.RawMessage `json:"requests"`
 	Texts    []string        `json:"texts"`
+	Answers  bool            `json:"answers"`
 }
 
 type EventIngestRequestsRow struct {
@@ -77,13 +78,15 @@ type EventIngestRequestsRow struct {
 	SQLState    *string    `json:"sqlstate"`
 	Reason      *string    `json:"reason"`
 	Replayed    bool       `json:"replayed"`
+	Answer      *string    `json:"answer"`
 }
 
 // requests: a JSON array of {"events" (or "text": true), "token_id", "idempotency_key", "invalid"},
 // one per HTTP request joined into this call; texts: the NDJSON bodies of those with "text", one
-// element per request.
+// element per request; answers: a request none of whose events was refused comes as one row, its
+// answer's JSON text in answer.
 func (q *Queries) EventIngestRequests(ctx context.Context, arg EventIngestRequestsParams) ([]EventIngestRequestsRow, error) {
-	rows, err := q.db.Query(ctx, eventIngestRequests, arg.Requests, arg.Texts)
+	rows, err := q.db.Query(ctx, eventIngestRequests, arg.Requests, arg.Texts, arg.Answers)
 	if err != nil {
 		return nil, err
 	}
@@ -100,6 +103,7 @@ func (q *Queries) EventIngestRequests(ctx context.Context, arg EventIngestReques
 			&i.SQLState,
 			&i.Reason,
 			&i.Replayed,
+			&i.Answer,
 		); err != nil {
 			return nil, err
 		}

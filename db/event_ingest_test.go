@@ -381,3 +381,64 @@ func TestEventIngestRequests(t *testing.T) {
 	rows = texts(`[{"text": true, "token_id": 1, "idempotency_key": "k3"}]`, evMsg("t4", "t", "c", "", "4"))
 	require.Equal(t, []res{{1, 0, "refused", "SLIDM", false}}, flat(rows))
 }
+
+// With answers, a request none of whose events was refused comes as one row, the text of its
+// answer as POST /events sends it; a request with a refusal keeps its rows.
+func TestEventIngestAnswers(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.Tx(t)
+	q := db.New(tx)
+	ctx := context.Background()
+	var now string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`).Scan(&now))
+	call := func(body string, texts ...string) []db.EventIngestRequestsRow {
+		t.Helper()
+		rows, err := q.EventIngestRequests(ctx, db.EventIngestRequestsParams{Requests: json.RawMessage(body), Texts: texts, Answers: true})
+		require.NoError(t, err)
+		return rows
+	}
+	answer := func(status, id string) string {
+		b, _ := json.Marshal(id)
+		return `{"eventId":` + string(b) + `,"status":"` + status + `","firstStored":"` + now + `"}`
+	}
+	answered := func(rows []db.EventIngestRequestsRow, request int32, replayed bool, elements ...string) {
+		t.Helper()
+		require.Len(t, rows, 1)
+		require.Equal(t, request, rows[0].Request)
+		require.Nil(t, rows[0].Ord)
+		require.Equal(t, "answered", rows[0].Status)
+		require.Equal(t, replayed, rows[0].Replayed)
+		require.NotNil(t, rows[0].Answer)
+		require.Equal(t, "["+strings.Join(elements, ",")+"]", *rows[0].Answer)
+		require.True(t, json.Valid([]byte(*rows[0].Answer)))
+	}
+
+	// One request alone, every event stored (the usual call); ids JSON-escaped.
+	answered(call(`[{"text": true}]`, evMsg("ans-a1", "t", "c", "", "1")+"\n"+evMsg(`ans-a"2\`, "t", "c", "", "2")),
+		1, false, answer("stored", "ans-a1"), answer("stored", `ans-a"2\`))
+	// Duplicates (the careful way): firstStored is when the id was first stored.
+	answered(call(`[{"events": [`+evMsg("ans-a1", "t", "c", "", "1")+`, `+evMsg("ans-a3", "t", "c", "", "3")+`, `+evMsg("ans-a3", "t", "c", "", "3")+`]}]`),
+		1, false, answer("duplicate", "ans-a1"), answer("stored", "ans-a3"), answer("duplicate", "ans-a3"))
+	// A refusal: a row per event.
+	rows := call(`[{"events": [` + evMsg("ans-a4", "t", "c", "", "4") + `, 5]}]`)
+	require.Len(t, rows, 2)
+	require.Equal(t, []string{"stored", "refused"}, []string{rows[0].Status, rows[1].Status})
+	require.Nil(t, rows[0].Answer)
+	// Nothing to store: no row.
+	require.Empty(t, call(`[{"events": []}]`))
+
+	// Joined requests: each answered on its own; a request refused whole or with a refused event
+	// keeps its rows; a repeated key gets its first answer, marked replayed.
+	rows = call(`[{"events": [` + evMsg("ans-b1", "t", "c", "", "1") + `], "token_id": 77, "idempotency_key": "answers-k1"},
+		{"events": [6], "token_id": 77},
+		{"events": 5, "token_id": 77},
+		{"events": ` + evMsg("ans-b1", "t", "c", "", "1") + `, "token_id": 77}]`)
+	require.Len(t, rows, 4)
+	answered(rows[:1], 1, false, answer("stored", "ans-b1"))
+	require.Equal(t, []string{"refused", "refused"}, []string{rows[1].Status, rows[2].Status})
+	require.Equal(t, int32(1), *rows[1].Ord)
+	require.Nil(t, rows[2].Ord)
+	answered(rows[3:], 4, false, answer("duplicate", "ans-b1"))
+	answered(call(`[{"events": [`+evMsg("ans-b1", "t", "c", "", "1")+`], "token_id": 77, "idempotency_key": "answers-k1"}]`),
+		1, true, answer("stored", "ans-b1"))
+}

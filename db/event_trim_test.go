@@ -79,11 +79,44 @@ func testEventTrim(t *testing.T, pool *pgxpool.Pool, backend string) {
 	rows = evIngest(t, pool, evMsg("mid-6", "t", "c0", "", "2"))
 	require.Equal(t, "duplicate", rows[0].Status)
 
-	// A shorter retention from psql; a negative one is refused.
+	// A shorter retention from psql, as of noon: a partition straddling the cutoff stays whole,
+	// with the ids of its events older than the cutoff.
+	noon := time.Date(now.UTC().Year(), now.UTC().Month(), now.UTC().Day(), 12, 0, 0, 0, time.UTC)
+	edge := noon.Add(-7*24*time.Hour - time.Hour)
+	rows = evIngest(t, pool, evMsg("edge", "t", "c2", fmt.Sprintf(`"grnry-event-timestamp": %d`, edge.UnixMilli()), "3"))
+	require.Equal(t, "stored", rows[0].Status)
+	_, err = db.New(pool).PartitionMaintain(ctx)
+	require.NoError(t, err)
+	var dropped int
+	var ids, deliveries int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT * FROM api.event_trim('7 days', $1)`, noon).Scan(&dropped, &ids, &deliveries))
+	require.EqualValues(t, 5, ids)
+	require.EqualValues(t, 5, deliveries)
+	require.Equal(t, 2, count(`SELECT count(*) FROM event.events`))
+	require.Equal(t, 1, count(`SELECT count(*) FROM event.events WHERE event_id = 'edge'`))
+	require.Equal(t, 2, count(`SELECT count(*) FROM event.event_ids`))
+	rows = evIngest(t, pool, evMsg("edge", "t", "c2", "", "3"))
+	require.Equal(t, "duplicate", rows[0].Status)
+
+	// Seven days as of now: nothing more to drop; a negative retention is refused.
 	res, err = db.New(pool).EventTrim(ctx, pgtype.Interval{Days: 7, Valid: true})
 	require.NoError(t, err)
-	require.EqualValues(t, 5, res.DeletedIds)
+	require.EqualValues(t, 0, res.DeletedIds)
+	require.Equal(t, 2, count(`SELECT count(*) FROM event.events`))
+
+	// An event past the partitions made ahead (natively it waits in the default partition, which
+	// keeps its rows from the partition of the cutoff on) stays with its id when the cutoff is
+	// just after it; the others go.
+	far := time.Date(now.UTC().Year()+5, 1, 1, 10, 0, 0, 0, time.UTC)
+	rows = evIngest(t, pool, evMsg("far", "t", "c1", fmt.Sprintf(`"grnry-event-timestamp": %d`, far.UnixMilli()), "4"))
+	require.Equal(t, "stored", rows[0].Status)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT * FROM api.event_trim('30 minutes', $1)`, far.Add(time.Hour)).Scan(&dropped, &ids, &deliveries))
+	require.EqualValues(t, 2, ids)
+	require.EqualValues(t, 2, deliveries)
+	require.Equal(t, 1, count(`SELECT count(*) FROM event.events WHERE event_id = 'far'`))
 	require.Equal(t, 1, count(`SELECT count(*) FROM event.events`))
+	require.Equal(t, 1, count(`SELECT count(*) FROM event.event_ids WHERE event_id = 'far'`))
+	require.Equal(t, 1, count(`SELECT count(*) FROM event.event_ids`))
 	_, err = db.New(pool).EventTrim(ctx, pgtype.Interval{Days: -1, Valid: true})
 	require.Equal(t, "SLINV", sqlState(err))
 }

@@ -56,7 +56,7 @@ type APICacheRule struct {
 	Version   int32           `json:"version"`
 }
 
-// Always empty: the row type of api.event_ingest_requests. request: the request's position in the call, from 1; ord: the event's position in its request, from 1 (NULL for a refused request); status: stored, duplicate or refused as in api.event_ingest (refused with ord NULL: the whole request); event_id, first_stored, sqlstate, reason: as in api.event_ingest; replayed: the request repeated an idempotency key and this row is the first answer (nothing was stored again).
+// Always empty: the row type of api.event_ingest_requests. request: the request's position in the call, from 1; ord: the event's position in its request, from 1 (NULL for a refused request); status: stored, duplicate or refused as in api.event_ingest (refused with ord NULL: the whole request); event_id, first_stored, sqlstate, reason: as in api.event_ingest; replayed: the request repeated an idempotency key and this row is the first answer (nothing was stored again); answer: NULL, or (status answered, ord NULL, with p_answers) the JSON text of the whole answer of a request none of whose events was refused (event_private.answer_text).
 type APIEventIngestResult struct {
 	Request     *int32     `json:"request"`
 	Ord         *int32     `json:"ord"`
@@ -66,6 +66,7 @@ type APIEventIngestResult struct {
 	SQLState    *string    `json:"sqlstate"`
 	Reason      *string    `json:"reason"`
 	Replayed    *bool      `json:"replayed"`
+	Answer      *string    `json:"answer"`
 }
 
 // Always empty: the row type of api.event_ingest. ord: the event's position, from 1; status: stored, duplicate or refused; event_id: its grnry-event-id (when valid); first_stored: when an event with its id was first stored (now for stored); sqlstate and reason: why it was refused.

@@ -42,6 +42,8 @@ func millis(t time.Time) string {
 
 // POST /events: one event, a JSON array of events, or NDJSON. The answer is a JSON array with one
 // result per event, in order: stored, duplicate (with firstStored) or refused (with the error).
+// When no event is refused, PostgreSQL gives the answer's text (event_private.answer_text), which
+// goes out as it came; otherwise a row per event, encoded here.
 // Status: 200 when no event was refused, 207 when some were and others stored or duplicate, 422
 // when every event was refused; a request refused whole (an invalid or reused Idempotency-Key) is
 // an error as elsewhere.
@@ -94,6 +96,17 @@ func (s *server) eventIngest(w http.ResponseWriter, r *http.Request, join *joine
 	}
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if len(rows) == 1 && rows[0].Answer != nil {
+		// No event refused: PostgreSQL wrote the whole answer.
+		if rows[0].Replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, *rows[0].Answer)
+		_, _ = io.WriteString(w, "\n")
 		return
 	}
 	out := make([]eventResult, len(rows))
@@ -292,6 +305,6 @@ func (s *server) eventRoutes(route func(pattern string, h http.HandlerFunc)) {
 // newIngestJoin is POST /events' joiner: concurrent small requests in one call (group commit).
 func (s *server) newIngestJoin() *joiner[struct{}, db.EventIngestRequestsRow] {
 	return newTextJoiner(func(ctx context.Context, _ struct{}, requests []byte, texts []string) ([]db.EventIngestRequestsRow, error) {
-		return s.q.EventIngestRequests(ctx, db.EventIngestRequestsParams{Requests: requests, Texts: texts})
+		return s.q.EventIngestRequests(ctx, db.EventIngestRequestsParams{Requests: requests, Texts: texts, Answers: true})
 	}, func(r db.EventIngestRequestsRow) int32 { return r.Request })
 }

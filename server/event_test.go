@@ -77,6 +77,8 @@ func TestEventIngestHTTP(t *testing.T) {
 	require.Equal(t, []string{"stored"}, resultStatuses(res))
 	require.Equal(t, "h1", res[0]["eventId"])
 	require.NotEmpty(t, res[0]["firstStored"])
+	// No event refused: the answer is the text PostgreSQL wrote, as an encoder of the rows would.
+	require.Regexp(t, `^\[\{"eventId":"h1","status":"stored","firstStored":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"\}\]\n$`, raw)
 
 	// An array: the duplicate says so, the refused one gets its error; 207.
 	code, res, raw = b.postEvents(t, b.writer, "application/json", "["+evJSON("h1", "click", "c1", t0, "1")+","+

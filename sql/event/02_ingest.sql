@@ -1,8 +1,9 @@
 -- Event store, ingest: events in Granary's two parts ({"event_headers": {...}, "event_payload":
 -- ...}) are checked, deduplicated by grnry-event-id, stored, and delivered to the consumers of
 -- their types, all in the caller's transaction. psql calls api.event_ingest with one event or an
--- array; HTTP's POST /events calls api.event_ingest_requests with the requests it joined (each its
--- own caller and idempotency key, sql/idempotency/), an NDJSON body as one JSON string.
+-- array; HTTP's POST /events calls api.event_ingest_requests (sql/event/02_requests.sql) with the
+-- requests it joined (each its own caller and idempotency key, sql/idempotency/), an NDJSON body as
+-- text beside them.
 --
 -- Why it is shaped so:
 -- * Set-based: a call carries up to thousands of events, and a statement per event would cost
@@ -13,6 +14,8 @@
 --   document, whose parse costs twice that of its lines.
 -- * Bad events cost the others nothing: a rule broken is a refused row (SQLSTATE and reason), not
 --   an error.
+-- * The usual answer is text: when every event of a call is stored, the statement that stores
+--   them writes POST /events' answer (p_answer), and no row per event is formed.
 -- * Deduplication by event.event_ids' primary key (event_private.ingest_all says how the usual
 --   call, with no id seen before, avoids the cost of ON CONFLICT). Within a call, the first valid
 --   event with an id is stored, the later ones answer duplicate.
@@ -72,12 +75,15 @@ BEGIN
 
     -- Wake idle belt workers when a lane had nothing waiting: behind waiting deliveries the
     -- workers are busy with the lane already, and a notifying commit takes a database-wide lock
-    -- (profile_private.inbox_add does the same for the profile updater).
+    -- (profile_private.inbox_add does the same for the profile updater). One probe of
+    -- deliveries_lane_idx per lane: the OFFSET keeps the test a subquery per lane, which the planner
+    -- would otherwise make an anti join that reads every waiting delivery.
     IF v_heads IS NOT NULL AND EXISTS (
             SELECT FROM jsonb_array_elements(v_heads) h
             WHERE NOT EXISTS (SELECT FROM event.deliveries d
                               WHERE d.consumer_id = (h ->> 0)::bigint AND d.lane = (h ->> 1)::smallint
-                                AND d.id < (h ->> 2)::bigint)) THEN
+                                AND d.id < (h ->> 2)::bigint
+                              OFFSET 0)) THEN
         PERFORM pg_notify('silo_belt', '');
     END IF;
 END
@@ -98,8 +104,8 @@ COMMENT ON FUNCTION event_private.deliver(text[], text[], text[], timestamptz[])
 -- (a thousand events: a million comparisons): hash joins it is. Without JIT: the cost of the
 -- nested loops it is told to avoid would make it compile the statement (seconds) at every call.
 -- One generic plan per connection: planning the statement costs as much as a hundred events.
-CREATE FUNCTION event_private.ingest_all(p_events jsonb[], p_bad jsonb DEFAULT NULL)
-RETURNS event_private.ingested[]
+CREATE FUNCTION event_private.ingest_all(p_events jsonb[], p_bad jsonb DEFAULT NULL, p_answer boolean DEFAULT false,
+                                         OUT results event_private.ingested[], OUT answer text)
 LANGUAGE plpgsql VOLATILE
 SET enable_nestloop = off
 SET jit = off
@@ -107,6 +113,9 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_consumers boolean := EXISTS (SELECT FROM event.consumers);
+    -- An answer's element for an event stored by this call, after its id.
+    v_stored    text := ',"status":"stored","firstStored":"' || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') || '"}';
+    v_refused   bigint;
     v_res       event_private.ingested[];
     v_eids      text[];
     v_cids      text[];
@@ -129,13 +138,25 @@ BEGIN
         )
         SELECT array_agg(ROW(s.ord, CASE WHEN s.problem IS NULL THEN 'stored' ELSE 'refused' END,
                              CASE WHEN s.id_ok THEN s.eid END, CASE WHEN s.problem IS NULL THEN now() END,
-                             s.problem[1], s.problem[2])::event_private.ingested),
+                             s.problem[1], s.problem[2])::event_private.ingested) FILTER (WHERE NOT p_answer),
+               count(*) FILTER (WHERE s.problem IS NOT NULL),
+               '[' || string_agg('{"eventId":' || to_json(s.eid)::text || v_stored, ',') FILTER (WHERE p_answer AND s.problem IS NULL) || ']',
                array_agg(s.eid) FILTER (WHERE v_consumers AND s.problem IS NULL),
                array_agg(s.cid) FILTER (WHERE v_consumers AND s.problem IS NULL),
                array_agg(s.etype) FILTER (WHERE v_consumers AND s.problem IS NULL),
                array_agg(s.at) FILTER (WHERE v_consumers AND s.problem IS NULL)
-        INTO v_res, v_eids, v_cids, v_types, v_ats
+        INTO v_res, v_refused, answer, v_eids, v_cids, v_types, v_ats
         FROM src s;
+        -- An answer with a refusal is the caller's to word: the events read again, for their rows
+        -- (the same as the first time: the same elements, the same now()).
+        IF p_answer AND v_refused > 0 THEN
+            answer := NULL;
+            v_res := ARRAY(
+                SELECT ROW(s.ord, CASE WHEN s.problem IS NULL THEN 'stored' ELSE 'refused' END,
+                           CASE WHEN s.id_ok THEN s.eid END, CASE WHEN s.problem IS NULL THEN now() END,
+                           s.problem[1], s.problem[2])::event_private.ingested
+                FROM event_private.parse(p_events, p_bad) s);
+        END IF;
     EXCEPTION WHEN unique_violation THEN
         WITH src AS MATERIALIZED (
             SELECT p.*, p.problem IS NULL AND p.eid IS DISTINCT FROM lag(p.eid) OVER (PARTITION BY p.problem IS NULL ORDER BY p.eid COLLATE "C", p.ord) AS first
@@ -180,11 +201,11 @@ BEGIN
     IF v_eids IS NOT NULL THEN
         PERFORM event_private.deliver(v_eids, v_cids, v_types, v_ats);
     END IF;
-    RETURN coalesce(v_res, '{}');
+    results := CASE WHEN answer IS NULL THEN coalesce(v_res, '{}') END;
 END
 $$;
-COMMENT ON FUNCTION event_private.ingest_all(jsonb[], jsonb) IS
-    'Ingests the events p_events (each element one event) in the caller''s transaction; p_bad (default NULL): {"<ord>": "<reason>"} for elements that stand for unreadable input, refused with SEEVT and the reason. Each valid event whose grnry-event-id is not stored yet (and not earlier in p_events) is stored in event.events and event.event_ids and delivered to the consumers of its type (event_private.deliver). Returns one event_private.ingested per element, in order (empty for no element). Refusals as api.event_ingest says. Raises nothing of its own.';
+COMMENT ON FUNCTION event_private.ingest_all(jsonb[], jsonb, boolean) IS
+    'Ingests the events p_events (each element one event) in the caller''s transaction; p_bad (default NULL): {"<ord>": "<reason>"} for elements that stand for unreadable input, refused with SEEVT and the reason. Each valid event whose grnry-event-id is not stored yet (and not earlier in p_events) is stored in event.events and event.event_ids and delivered to the consumers of its type (event_private.deliver). Returns results: one event_private.ingested per element, in order (empty for no element); answer: NULL, or with p_answer (default false) when every element was stored, the text of POST /events'' answer (as event_private.answer_text words it), results then NULL. Refusals as api.event_ingest says. Raises nothing of its own.';
 
 CREATE FUNCTION event_private.ingest(p_events jsonb, p_bad jsonb DEFAULT NULL)
 RETURNS SETOF event_private.ingested
@@ -195,7 +216,7 @@ BEGIN
         RAISE EXCEPTION 'events must be a JSON object (one event) or an array of events'
             USING ERRCODE = 'SLINV', DETAIL = format('got %s', coalesce(jsonb_typeof(p_events), 'NULL'));
     END IF;
-    RETURN QUERY SELECT * FROM unnest(event_private.ingest_all(event_private.elements(p_events), p_bad));
+    RETURN QUERY SELECT * FROM unnest((event_private.ingest_all(event_private.elements(p_events), p_bad)).results);
 END
 $$;
 COMMENT ON FUNCTION event_private.ingest(jsonb, jsonb) IS
@@ -250,96 +271,3 @@ AS $$
 $$;
 COMMENT ON FUNCTION api.event_ingest(jsonb) IS
     'Stores events, as psql''s counterpart of POST /events. p_events (no default): one event {"event_headers": {...}, "event_payload": <any JSON>} or a JSON array of them. Headers: grnry-event-id (required string, 1 to 255 characters: deduplicates), grnry-event-type (required string, 1 to 255 characters: which consumers receive it), grnry-correlation-id (required string, 1 to 512 bytes), grnry-event-timestamp (optional: epoch milliseconds as a number or a string of digits, or an ISO 8601 date-time, UTC without offset; absent or null: the time of ingest), grnry-harvester-name and grnry-event-type-version (optional strings); any other header is kept as sent. Returns one row per event, in order: ord (from 1), status stored | duplicate (an event with its id is stored already, or came earlier in p_events: not stored or delivered again) | refused, event_id, first_stored (when its id was first stored; now for stored), and for a refused event sqlstate and reason: SEEVT (not an object, event_headers not an object, event_payload missing), SEHDR (a header breaks its rule), SETIM (invalid grnry-event-timestamp). Refused events cost the others nothing. Each stored event is delivered (event.deliveries) to every consumer whose event types hold its type; notifies silo_belt when a lane it delivered to had nothing waiting. Raises SLINV when p_events is NULL or neither an object nor an array; transient errors (40P01, 55P03, 57014, 53xxx, 08xxx) roll back the whole call.';
-
-CREATE VIEW api.event_ingest_results AS
-SELECT NULL::integer AS request, NULL::integer AS ord, NULL::text AS status, NULL::text AS event_id,
-       NULL::timestamptz AS first_stored, NULL::text AS sqlstate, NULL::text AS reason, NULL::boolean AS replayed
-WHERE false;
-COMMENT ON VIEW api.event_ingest_results IS
-    'Always empty: the row type of api.event_ingest_requests. request: the request''s position in the call, from 1; ord: the event''s position in its request, from 1 (NULL for a refused request); status: stored, duplicate or refused as in api.event_ingest (refused with ord NULL: the whole request); event_id, first_stored, sqlstate, reason: as in api.event_ingest; replayed: the request repeated an idempotency key and this row is the first answer (nothing was stored again).';
-
-CREATE FUNCTION api.event_ingest_requests(p_requests jsonb, p_texts text[] DEFAULT NULL)
-RETURNS SETOF api.event_ingest_results
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_requests jsonb := p_requests;
-    v_claims   idempotency_private.claimed[];
-    v_events jsonb[];
-    v_bad    jsonb;
-    v_req_of integer[];
-    v_ord_in integer[];
-    v_res    api.event_ingest_results[];
-BEGIN
-    -- A body sent apart as text ("text": true) stands in the claims as a string: the SHA-256 of
-    -- the text when the request has a key (what a repeat of the key is compared by), else ''.
-    IF p_texts IS NOT NULL AND jsonb_typeof(p_requests) = 'array' THEN
-        SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e.r) = 'object' AND e.r -> 'text' = 'true'
-                                       THEN (e.r - 'text') || jsonb_build_object('events',
-                                            CASE WHEN e.r ? 'idempotency_key'
-                                                 THEN encode(sha256(convert_to(coalesce(p_texts[e.n], ''), 'UTF8')), 'hex')
-                                                 ELSE '' END)
-                                       ELSE e.r END ORDER BY e.n), '[]')
-        INTO v_requests
-        FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e(r, n);
-    END IF;
-    v_claims := idempotency_private.claim_requests(v_requests, 'POST /events', 'events', '{object,array,string}');
-
-    -- One request without a key, alone in its call (a large body always is): its answers as they
-    -- come, with nothing to record or to merge.
-    IF cardinality(v_claims) = 1 AND v_claims[1].outcome = 'fresh' THEN
-        v_bad := CASE WHEN jsonb_typeof(p_requests -> 0 -> 'invalid') = 'object' THEN p_requests -> 0 -> 'invalid' END;
-        RETURN QUERY
-        SELECT 1, i.ord, i.status, i.event_id, i.first_stored, i.sqlstate, i.reason, false
-        FROM unnest(event_private.ingest_all(
-                 event_private.elements(v_claims[1].body, CASE WHEN p_requests -> 0 -> 'text' = 'true' THEN p_texts[1] END, v_bad),
-                 v_bad)) AS i;
-        RETURN;
-    END IF;
-
-    -- The events of the requests to apply, one ingest in request order; the unreadable ones of
-    -- each request ("invalid": {"<ord>": "<reason>"}) renumbered to the call's positions.
-    SELECT array_agg(u.m ORDER BY u.g), array_agg(u.request ORDER BY u.g), array_agg(u.n::integer ORDER BY u.g),
-           jsonb_object_agg(u.g::text, u.inv ->> u.n::text) FILTER (WHERE u.inv ? u.n::text)
-    INTO v_events, v_req_of, v_ord_in, v_bad
-    FROM (
-        SELECT c.request, x.m, x.n, row_number() OVER (ORDER BY c.request, x.n) AS g, c.inv
-        FROM (SELECT c.request, c.body,
-                     CASE WHEN p_requests -> (c.request - 1) -> 'text' = 'true' THEN p_texts[c.request] END AS text,
-                     CASE WHEN jsonb_typeof(p_requests -> (c.request - 1) -> 'invalid') = 'object'
-                          THEN p_requests -> (c.request - 1) -> 'invalid' END AS inv
-              FROM unnest(v_claims) AS c
-              WHERE c.outcome IN ('fresh', 'new')) c
-        CROSS JOIN LATERAL unnest(event_private.elements(c.body, c.text, c.inv)) WITH ORDINALITY AS x(m, n)
-    ) u;
-
-    IF v_events IS NOT NULL THEN
-        v_res := ARRAY(
-            SELECT ROW(v_req_of[i.ord], v_ord_in[i.ord], i.status, i.event_id, i.first_stored, i.sqlstate,
-                       i.reason, false)::api.event_ingest_results
-            FROM unnest(event_private.ingest_all(v_events, v_bad)) AS i);
-    END IF;
-
-    IF EXISTS (SELECT FROM unnest(v_claims) AS c WHERE c.outcome IN ('new', 'repeat')) THEN
-        v_claims := idempotency_private.record_answers(v_claims, to_jsonb(v_res), 'POST /events');
-    END IF;
-
-    RETURN QUERY
-    SELECT x.* FROM (
-        SELECT r.* FROM unnest(v_res) AS r
-        UNION ALL
-        SELECT c.request, p.ord, p.status, p.event_id, p.first_stored, p.sqlstate, p.reason, true
-        FROM unnest(v_claims) AS c
-        CROSS JOIN LATERAL jsonb_populate_recordset(NULL::api.event_ingest_results,
-            CASE WHEN c.outcome = 'replay' THEN c.answer ELSE v_claims[c.repeats].answer END) AS p
-        WHERE c.outcome IN ('replay', 'repeat')
-        UNION ALL
-        SELECT c.request, NULL, 'refused', NULL, NULL, c.sqlstate, c.reason, false
-        FROM unnest(v_claims) AS c
-        WHERE c.outcome = 'refused'
-    ) x
-    ORDER BY x.request, x.ord;
-END
-$$;
-COMMENT ON FUNCTION api.event_ingest_requests(jsonb, text[]) IS
-    'Ingests the events of several requests in one transaction, as HTTP''s POST /events does (it joins concurrent requests into one call). p_requests (no default): a JSON array of requests, each an object {"events": one event or an array of events as api.event_ingest takes them, or NDJSON as one JSON string (one event per line, blank lines skipped; a line that is no JSON raises 22P02 for the whole call); "text": true in its place says that the body is NDJSON in p_texts (HTTP''s NDJSON bodies travel so, unparsed), "token_id": the caller''s token id (optional: scopes its idempotency keys; without it the keys are the session role''s), "idempotency_key": optional, 1 to 255 printable ASCII characters, "invalid": optional {"<ord>": "<reason>"}: events of the request that could not be read (an NDJSON line that is no JSON), whose elements (or lines) are placeholders such as null, refused with SEEVT and the reason}. p_texts (default NULL): the NDJSON bodies of the requests with "text": true, one element per request in request order (the others'' elements are ignored). The events of the requests applied are ingested as one api.event_ingest call in request order (an id sent by two requests of the call is stored for the first). A request whose key was used within silo.settings idempotency.window for the same body by the same token is not applied again: it gets the first answer, marked replayed; the answer of a new key is recorded in this transaction. Returns api.event_ingest_results rows by request and ord: one per event (stored, duplicate, or refused with SEEVT, SEHDR or SETIM as in api.event_ingest), and one refused row (ord NULL) for a request that was not applied: SLINV (not an object, events missing or neither an object, an array nor a string, token_id not an integer), SLIDK (invalid idempotency key), SLIDM (key already used for another body). Raises SLINV when p_requests is not a JSON array or idempotency.window is no interval, 22P02 for an NDJSON line that is no JSON; transient errors (40P01, 55P03, 57014, 53xxx, 08xxx) roll back the whole call. Waits for another transaction that claimed one of its keys, until it ends.';

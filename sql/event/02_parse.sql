@@ -72,60 +72,76 @@ COMMENT ON TYPE event_private.parsed IS
 -- p_bad: an object {"<ord>": "<reason>"} of events that could not be read (an NDJSON line that is
 -- no JSON): their elements of p_events are placeholders, refused with the reason. Each level of
 -- the parse is a subquery with OFFSET 0, so that it is computed once, not again at every use
--- above it. A SQL function of one SELECT: inlined into the statements that read it.
+-- above it; each header is looked up once, its type told once and its text taken once (a lookup
+-- on what is not an object is NULL: headers that are no object have no valid id). The usual
+-- valid event is told by one test of those; only an event that fails it is looked at again, rule
+-- by rule, for its reason. A SQL function of one SELECT: inlined into the statements that read it.
 CREATE FUNCTION event_private.parse(p_events jsonb[], p_bad jsonb)
 RETURNS SETOF event_private.parsed
 LANGUAGE sql STABLE
 AS $$
-    SELECT c.ord, c.eid, c.p_id IS NULL, c.etype, c.cid, c.harvester, c.version, c.headers, c.payload,
+    SELECT c.ord, c.eid, c.id_ok, c.etype, c.cid, c.harvester, c.version, c.headers, c.payload,
            coalesce(c.at, now()),
-           CASE WHEN c.bad IS NOT NULL THEN ARRAY['SEEVT', c.bad]
-                WHEN NOT c.is_obj THEN ARRAY['SEEVT', 'an event must be a JSON object {"event_headers": {...}, "event_payload": ...}, got ' || coalesce(jsonb_typeof(c.m), 'nothing')]
+           CASE WHEN c.bad IS NULL AND c.id_ok AND c.type_ok AND c.cid_ok AND c.payload IS NOT NULL
+                     AND (c.t_harvester IS NULL OR c.t_harvester IN ('string', 'null'))
+                     AND (c.t_version IS NULL OR c.t_version IN ('string', 'null'))
+                     AND (c.at IS NOT NULL OR c.t_ts IS NULL OR c.t_ts = 'null') THEN NULL
+                WHEN c.bad IS NOT NULL THEN ARRAY['SEEVT', c.bad]
+                WHEN jsonb_typeof(c.m) IS DISTINCT FROM 'object'
+                    THEN ARRAY['SEEVT', 'an event must be a JSON object {"event_headers": {...}, "event_payload": ...}, got ' || coalesce(jsonb_typeof(c.m), 'nothing')]
                 WHEN jsonb_typeof(c.headers) IS DISTINCT FROM 'object'
                     THEN ARRAY['SEEVT', 'event_headers must be a JSON object, got ' || coalesce(jsonb_typeof(c.headers), 'nothing')]
                 WHEN c.payload IS NULL THEN ARRAY['SEEVT', 'event_payload is required (any JSON value)']
-                WHEN c.p_id IS NOT NULL THEN ARRAY['SEHDR', c.p_id]
-                WHEN c.p_type IS NOT NULL THEN ARRAY['SEHDR', c.p_type]
-                WHEN c.p_cid IS NOT NULL THEN ARRAY['SEHDR', c.p_cid]
-                WHEN c.harvester IS NULL AND c.j_harvester IS NOT NULL AND c.j_harvester <> 'null'
-                    THEN ARRAY['SEHDR', 'grnry-harvester-name must be a string, got ' || jsonb_typeof(c.j_harvester)]
-                WHEN c.version IS NULL AND c.j_version IS NOT NULL AND c.j_version <> 'null'
-                    THEN ARRAY['SEHDR', 'grnry-event-type-version must be a string, got ' || jsonb_typeof(c.j_version)]
-                WHEN c.at IS NULL AND c.j_ts IS NOT NULL AND c.j_ts <> 'null'
+                WHEN NOT c.id_ok THEN ARRAY['SEHDR', event_private.header_problem('grnry-event-id', c.j_id, 255, false)]
+                WHEN NOT c.type_ok THEN ARRAY['SEHDR', event_private.header_problem('grnry-event-type', c.j_type, 255, false)]
+                WHEN NOT c.cid_ok THEN ARRAY['SEHDR', event_private.header_problem('grnry-correlation-id', c.j_cid, 512, true)]
+                WHEN c.t_harvester NOT IN ('string', 'null')
+                    THEN ARRAY['SEHDR', 'grnry-harvester-name must be a string, got ' || c.t_harvester]
+                WHEN c.t_version NOT IN ('string', 'null')
+                    THEN ARRAY['SEHDR', 'grnry-event-type-version must be a string, got ' || c.t_version]
+                WHEN c.at IS NULL AND c.t_ts <> 'null'
                     THEN ARRAY['SETIM', 'grnry-event-timestamp must be epoch milliseconds (a number or a string of digits) or an ISO 8601 date-time from 1970 to 9999, got ' || left(c.j_ts::text, 100)]
            END
     FROM (
         SELECT b.*,
-               -- The usual valid header is told by cheap tests; only a broken one costs a call.
-               CASE WHEN jsonb_typeof(b.j_id) = 'string' AND length(b.j_id #>> '{}') BETWEEN 1 AND 255 THEN NULL
-                    ELSE event_private.header_problem('grnry-event-id', b.j_id, 255, false) END AS p_id,
-               CASE WHEN jsonb_typeof(b.j_type) = 'string' AND length(b.j_type #>> '{}') BETWEEN 1 AND 255 THEN NULL
-                    ELSE event_private.header_problem('grnry-event-type', b.j_type, 255, false) END AS p_type,
-               CASE WHEN jsonb_typeof(b.j_cid) = 'string' AND octet_length(b.j_cid #>> '{}') BETWEEN 1 AND 512 THEN NULL
-                    ELSE event_private.header_problem('grnry-correlation-id', b.j_cid, 512, true) END AS p_cid,
-               CASE WHEN jsonb_typeof(b.j_id) = 'string' THEN b.j_id #>> '{}' END AS eid,
-               CASE WHEN jsonb_typeof(b.j_type) = 'string' THEN b.j_type #>> '{}' END AS etype,
-               CASE WHEN jsonb_typeof(b.j_cid) = 'string' THEN b.j_cid #>> '{}' END AS cid,
-               CASE WHEN jsonb_typeof(b.j_harvester) = 'string' THEN b.j_harvester #>> '{}' END AS harvester,
-               CASE WHEN jsonb_typeof(b.j_version) = 'string' THEN b.j_version #>> '{}' END AS version,
-               CASE WHEN b.j_ts IS NULL OR b.j_ts = 'null' THEN NULL
+               -- Valid key-like headers: strings of 1 to 255 characters (bytes for the correlation
+               -- id); up to 255 bytes are up to 255 characters, and only a longer one is counted.
+               coalesce(octet_length(b.eid) BETWEEN 1 AND 255 OR (octet_length(b.eid) > 255 AND length(b.eid) <= 255), false) AS id_ok,
+               coalesce(octet_length(b.etype) BETWEEN 1 AND 255 OR (octet_length(b.etype) > 255 AND length(b.etype) <= 255), false) AS type_ok,
+               coalesce(octet_length(b.cid) BETWEEN 1 AND 512, false) AS cid_ok,
+               CASE WHEN b.ts IS NULL THEN NULL
                     -- Digits only, told without a regular expression (which costs more than the rest).
-                    WHEN jsonb_typeof(b.j_ts) = 'string' AND length(b.j_ts #>> '{}') BETWEEN 1 AND 15
-                         AND translate(b.j_ts #>> '{}', '0123456789', '') = ''
-                         AND (b.j_ts #>> '{}')::bigint <= 253402300799999
-                        THEN timestamptz 'epoch' + (b.j_ts #>> '{}')::bigint * interval '1 millisecond'
+                    WHEN octet_length(b.ts) BETWEEN 1 AND 15 AND translate(b.ts, '0123456789', '') = ''
+                         AND b.ts::bigint <= 253402300799999
+                        THEN timestamptz 'epoch' + b.ts::bigint * interval '1 millisecond'
                     ELSE event_private.timestamp_of(b.j_ts) END AS at
         FROM (
-            SELECT a.ord, a.m, a.is_obj, a.bad, a.headers, a.payload,
-                   a.headers -> 'grnry-event-id' AS j_id, a.headers -> 'grnry-event-type' AS j_type,
-                   a.headers -> 'grnry-correlation-id' AS j_cid, a.headers -> 'grnry-harvester-name' AS j_harvester,
-                   a.headers -> 'grnry-event-type-version' AS j_version, a.headers -> 'grnry-event-timestamp' AS j_ts
+            SELECT a.*,
+                   CASE WHEN a.t_id = 'string' THEN a.j_id #>> '{}' END AS eid,
+                   CASE WHEN a.t_type = 'string' THEN a.j_type #>> '{}' END AS etype,
+                   CASE WHEN a.t_cid = 'string' THEN a.j_cid #>> '{}' END AS cid,
+                   CASE WHEN a.t_harvester = 'string' THEN a.j_harvester #>> '{}' END AS harvester,
+                   CASE WHEN a.t_version = 'string' THEN a.j_version #>> '{}' END AS version,
+                   CASE WHEN a.t_ts IN ('string', 'number') THEN a.j_ts #>> '{}' END AS ts
             FROM (
-                SELECT e.ord::integer AS ord, e.m, jsonb_typeof(e.m) = 'object' AS is_obj,
-                       CASE WHEN p_bad IS NOT NULL THEN p_bad ->> e.ord::text END AS bad,
-                       CASE WHEN jsonb_typeof(e.m) = 'object' THEN e.m -> 'event_headers' END AS headers,
-                       CASE WHEN jsonb_typeof(e.m) = 'object' THEN e.m -> 'event_payload' END AS payload
-                FROM unnest(p_events) WITH ORDINALITY AS e(m, ord)
+                SELECT h.*,
+                       jsonb_typeof(h.j_id) AS t_id, jsonb_typeof(h.j_type) AS t_type, jsonb_typeof(h.j_cid) AS t_cid,
+                       jsonb_typeof(h.j_harvester) AS t_harvester, jsonb_typeof(h.j_version) AS t_version,
+                       jsonb_typeof(h.j_ts) AS t_ts
+                FROM (
+                    SELECT e.*,
+                           e.headers -> 'grnry-event-id' AS j_id, e.headers -> 'grnry-event-type' AS j_type,
+                           e.headers -> 'grnry-correlation-id' AS j_cid, e.headers -> 'grnry-harvester-name' AS j_harvester,
+                           e.headers -> 'grnry-event-type-version' AS j_version, e.headers -> 'grnry-event-timestamp' AS j_ts
+                    FROM (
+                        SELECT x.ord::integer AS ord, x.m,
+                               CASE WHEN p_bad IS NOT NULL THEN p_bad ->> x.ord::text END AS bad,
+                               x.m -> 'event_headers' AS headers, x.m -> 'event_payload' AS payload
+                        FROM unnest(p_events) WITH ORDINALITY AS x(m, ord)
+                        OFFSET 0
+                    ) e
+                    OFFSET 0
+                ) h
                 OFFSET 0
             ) a
             OFFSET 0
