@@ -48,9 +48,11 @@ COMMENT ON FUNCTION idempotency_private.scope(bigint) IS
 
 -- Stripe's limit: 255 characters. Printable ASCII only, so that a key fits in an HTTP header
 -- as sent and reads the same in psql and in logs.
+-- STABLE as format() is, so that PostgreSQL inlines it into the claim (an IMMUTABLE wrapper of a
+-- STABLE function is called, not inlined).
 CREATE FUNCTION idempotency_private.key_problem(p_key text)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE WHEN p_key IS NULL OR p_key = '' THEN 'idempotency key must not be empty'
                 WHEN length(p_key) > 255 THEN format('idempotency key must be at most 255 characters, got %s', length(p_key))
