@@ -407,7 +407,7 @@ func (sb *seriesBench) space(ctx context.Context, rp *report) error {
 	if err := bn.raw.QueryRow(ctx, `SELECT pg_total_relation_size('bench_series_plain')`).Scan(&plain); err != nil {
 		return err
 	}
-	rp.notes = append(rp.notes, fmt.Sprintf("space, %d series × %d points of a 1 Hz 2-decimal drifting feed: a plain table of series.points' columns and primary key (what native partitions hold): %.1f bytes/point",
+	rp.notes = append(rp.notes, fmt.Sprintf("space, %d series × %d points of a 1 Hz 2-decimal drifting feed: a plain table of series.points' columns and indexes (native partitions hold the same with a primary key): %.1f bytes/point",
 		seriesSpaceSeries, seriesSpacePoints, float64(plain)/float64(total)))
 	if backend != "timescaledb" {
 		rp.notes = append(rp.notes, "space: this server has no TimescaleDB: compression not measured")
