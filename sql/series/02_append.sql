@@ -83,20 +83,15 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_idx    integer[] := '{NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL}';
-    v_kind   text[] := '{NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL}';
-    v_req    boolean[] := '{f,f,f,f,f,f,f,f}';
-    v_fname  text[] := '{NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL}';
+    v_kind   text[];
+    v_req    boolean[];
+    v_fname  text[];
     v_ti     integer;
     v_tname  text;
-    v_f      record;
     v_pos    integer;
     v_nf     integer := coalesce(cardinality(p_names), 0);
 BEGIN
-    FOR v_f IN SELECT * FROM series_private.type_fields(p_holder) LOOP
-        v_kind[v_f.field_position] := v_f.kind;
-        v_req[v_f.field_position] := v_f.required;
-        v_fname[v_f.field_position] := v_f.field;
-    END LOOP;
+    SELECT l.names, l.kinds, l.required INTO v_fname, v_kind, v_req FROM series_private.type_layout(p_holder) l;
     FOR v_i IN 1 .. v_nf LOOP
         IF p_names[v_i] IN ('deltaTime', 'timestamp') THEN
             IF v_ti IS NOT NULL THEN
