@@ -73,21 +73,29 @@ CREATE TYPE belt_private.outcome AS (
 COMMENT ON TYPE belt_private.outcome IS
     'What a callback made of one item: n, lane and delivery_id (the item''s), status (ok, retry, timeout, transient, error, missing: no event to process, waiting: not run, behind a retry of its lane; the step then settles retry, timeout and transient into blocked, or exhausted when the retries ran out, and what follows a blocked item into waiting), updates (for ok: a JSON array of the callback''s results, of which the step applies the objects), skipped (results the Python runtime skipped), error, traceback (Python''s, or the SQL context), sqlstate (of a SQL error), ms (the call''s time), long_running (longer than CALLBACK_LONGRUNNING_SEC).';
 
--- The lanes' order is their oldest delivery's, so a backlog drains oldest first.
+-- The lanes' order is their oldest delivery's, so a backlog drains oldest first. One probe of a
+-- lane's deliveries finds both whether it has any and its oldest. PL/pgSQL, as the other per-step
+-- functions here, so that a worker's connection plans these statements once, not at every step (a
+-- SQL function that is not inlined is planned at each call).
 CREATE FUNCTION belt_private.lock_lanes(p_consumer bigint, p_max integer, p_only smallint[])
 RETURNS smallint[]
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
 AS $$
-    SELECT array_agg(c.lane ORDER BY c.head)
-    FROM (SELECT l.lane,
-                 (SELECT min(d.id) FROM event.deliveries d WHERE d.consumer_id = l.consumer_id AND d.lane = l.lane) AS head
-          FROM event.consumer_lanes l
-          WHERE l.consumer_id = p_consumer AND l.not_before <= clock_timestamp()
-            AND (p_only IS NULL OR l.lane = ANY (p_only))
-            AND EXISTS (SELECT FROM event.deliveries d WHERE d.consumer_id = l.consumer_id AND d.lane = l.lane)
-          ORDER BY 2
-          LIMIT p_max
-          FOR UPDATE OF l SKIP LOCKED) c;
+BEGIN
+    RETURN (SELECT array_agg(c.lane ORDER BY c.head)
+            FROM (SELECT l.lane, h.head
+                  FROM event.consumer_lanes l
+                  CROSS JOIN LATERAL (SELECT d.id AS head FROM event.deliveries d
+                                      WHERE d.consumer_id = l.consumer_id AND d.lane = l.lane
+                                      ORDER BY d.consumer_id, d.lane, d.id
+                                      LIMIT 1) h
+                  WHERE l.consumer_id = p_consumer AND l.not_before <= clock_timestamp()
+                    AND (p_only IS NULL OR l.lane = ANY (p_only))
+                  ORDER BY h.head
+                  LIMIT p_max
+                  FOR UPDATE OF l SKIP LOCKED) c);
+END
 $$;
 COMMENT ON FUNCTION belt_private.lock_lanes(bigint, integer, smallint[]) IS
     'Locks (FOR UPDATE SKIP LOCKED, until commit) up to p_max lanes of consumer p_consumer that are ready (not_before passed) and have deliveries, only lanes in p_only when it is not NULL, and returns them, the lane with the oldest delivery first; NULL when none. Raises nothing.';
@@ -97,11 +105,13 @@ COMMENT ON FUNCTION belt_private.lock_lanes(bigint, integer, smallint[]) IS
 -- settings do not reach the callbacks.
 CREATE FUNCTION belt_private.take(p_consumer bigint, p_lanes smallint[], p_share integer)
 RETURNS belt_private.item[]
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET enable_bitmapscan = off
 SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
 AS $$
-    SELECT array_agg(ROW(t.n, t.id, t.lane, t.event_cid, t.event_id, t.event_at, t.event_type,
+BEGIN
+    RETURN (SELECT array_agg(ROW(t.n, t.id, t.lane, t.event_cid, t.event_id, t.event_at, t.event_type,
                          t.headers, t.payload, NULL, t.dead_letter_id)::belt_private.item ORDER BY t.n)
     FROM (SELECT row_number() OVER (ORDER BY d.id)::integer AS n, d.id, d.lane, d.event_cid, d.event_id,
                  d.event_at, d.dead_letter_id,
@@ -116,7 +126,8 @@ AS $$
               LIMIT p_share) d
           LEFT JOIN event.events e
                  ON e.correlation_id = d.event_cid AND e.at = d.event_at AND e.event_id = d.event_id
-          LEFT JOIN belt.dead_letters x ON x.id = d.dead_letter_id) t;
+          LEFT JOIN belt.dead_letters x ON x.id = d.dead_letter_id) t);
+END
 $$;
 COMMENT ON FUNCTION belt_private.take(bigint, smallint[], integer) IS
     'The oldest p_share deliveries of each lane in p_lanes of consumer p_consumer, with their events (from event.events, or from the replayed dead letter), as items numbered in delivery order. NULL when there are none. Raises nothing.';
