@@ -165,6 +165,9 @@ COMMENT ON FUNCTION belt_private.callback_call(belt.belts) IS
 -- rule for a SQL callback's jsonb (NULL or [] no update, an object one update, an array's objects
 -- updates and its other elements skipped, any other value skipped) is an expression written into
 -- the statement, not a function call, and the step applies only the objects.
+-- Each call is timed by the clock read before and after it in the same row (a target list is
+-- computed in its order); the outcomes are aggregated in the order unnest() gives the items, which
+-- is item order: no window and no sort over the results.
 CREATE FUNCTION belt_private.run_sql(p_belt belt.belts, p_items belt_private.item[])
 RETURNS belt_private.outcome[]
 LANGUAGE plpgsql VOLATILE
@@ -186,17 +189,16 @@ DECLARE
 BEGIN
     BEGIN
         EXECUTE format($q$
-            SELECT array_agg(ROW(r.n, r.lane, r.delivery_id, CASE WHEN r.missing THEN 'missing' ELSE 'ok' END,
-                                 CASE jsonb_typeof(r.res) WHEN 'object' THEN jsonb_build_array(r.res) WHEN 'array' THEN r.res ELSE '[]' END,
-                                 0, NULL, NULL, NULL, r.ms, r.ms > $3)::belt_private.outcome ORDER BY r.n)
-            FROM (SELECT c.n, c.lane, c.delivery_id, c.missing, c.res,
-                         extract(epoch FROM c.t - lag(c.t, 1, $2) OVER (ORDER BY c.n)) * 1000 AS ms
-                  FROM (SELECT i.n, i.lane, i.delivery_id, i.headers IS NULL AS missing,
+            SELECT array_agg(ROW(c.n, c.lane, c.delivery_id, CASE WHEN c.missing THEN 'missing' ELSE 'ok' END,
+                                 CASE jsonb_typeof(c.res) WHEN 'object' THEN jsonb_build_array(c.res) WHEN 'array' THEN c.res ELSE '[]' END,
+                                 0, NULL, NULL, NULL, c.ms, c.ms > $2)::belt_private.outcome)
+            FROM (SELECT c.n, c.lane, c.delivery_id, c.missing, c.res, extract(epoch FROM c.t1 - c.t0) * 1000 AS ms
+                  FROM (SELECT i.n, i.lane, i.delivery_id, i.headers IS NULL AS missing, clock_timestamp() AS t0,
                                CASE WHEN i.headers IS NOT NULL THEN %s(%s) END AS res,
-                               clock_timestamp() AS t
+                               clock_timestamp() AS t1
                         FROM unnest($1) AS i
-                        OFFSET 0) c) r
-        $q$, v_fn, v_args) INTO v_out USING p_items, clock_timestamp(), v_long;
+                        OFFSET 0) c) c
+        $q$, v_fn, v_args) INTO v_out USING p_items, v_long;
         RETURN v_out;
     EXCEPTION WHEN OTHERS THEN
         v_out := '{}';

@@ -81,7 +81,7 @@ DECLARE
     v_items     belt_private.item[];
     v_out       belt_private.outcome[];
     v_problem   text;
-    v_updates   jsonb;
+    v_updates   jsonb[];
     v_lres      belt_private.lane_result[];
     v_t0        timestamptz;
 BEGIN
@@ -189,9 +189,10 @@ BEGIN
             ORDER BY o.n);
     END IF;
 
-    -- The updates of the processed events, in delivery order; the store gives those without an
-    -- _origin the belt's (as a default of its validation, which keeps them on its fast path).
-    SELECT jsonb_agg(u.m ORDER BY o.n, u.k)
+    -- The updates of the processed events, in delivery order, handed to the store as an array of
+    -- messages (not one JSON array that it would take apart again); the store gives those without
+    -- an _origin the belt's (as a default of its validation, which keeps them on its fast path).
+    SELECT array_agg(u.m ORDER BY o.n, u.k)
     INTO v_updates
     FROM unnest(v_out) o
     CROSS JOIN LATERAL jsonb_array_elements(o.updates) WITH ORDINALITY AS u(m, k)
@@ -200,7 +201,7 @@ BEGIN
     IF v_updates IS NOT NULL THEN
         SELECT count(*), count(*) FILTER (WHERE r.status = 'dead_letter')
         INTO updates, updates_dead_lettered
-        FROM profile_private.apply_batch(v_updates, NULL, false, '/belts/' || v_belt.id) r;
+        FROM profile_private.apply_batch(NULL, NULL, false, '/belts/' || v_belt.id, v_updates) r;
     END IF;
     apply_ms := extract(epoch FROM clock_timestamp() - v_t0) * 1000;
 
