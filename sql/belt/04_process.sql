@@ -110,9 +110,13 @@ SET enable_bitmapscan = off
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
 AS $$
+DECLARE
+    v_items belt_private.item[];
 BEGIN
-    RETURN (SELECT array_agg(ROW(t.n, t.id, t.lane, t.event_cid, t.event_id, t.event_at, t.event_type,
-                         t.headers, t.payload, NULL, t.dead_letter_id)::belt_private.item ORDER BY t.n)
+    -- In delivery order, the order the numbering sorted them in: no second sort.
+    v_items := ARRAY(
+    SELECT ROW(t.n, t.id, t.lane, t.event_cid, t.event_id, t.event_at, t.event_type,
+               t.headers, t.payload, NULL, t.dead_letter_id)::belt_private.item
     FROM (SELECT row_number() OVER (ORDER BY d.id)::integer AS n, d.id, d.lane, d.event_cid, d.event_id,
                  d.event_at, d.dead_letter_id,
                  coalesce(e.event_type, x.event_type) AS event_type,
@@ -126,7 +130,9 @@ BEGIN
               LIMIT p_share) d
           LEFT JOIN event.events e
                  ON e.correlation_id = d.event_cid AND e.at = d.event_at AND e.event_id = d.event_id
-          LEFT JOIN belt.dead_letters x ON x.id = d.dead_letter_id) t);
+          LEFT JOIN belt.dead_letters x ON x.id = d.dead_letter_id) t
+    ORDER BY t.id);
+    RETURN CASE WHEN cardinality(v_items) > 0 THEN v_items END;
 END
 $$;
 COMMENT ON FUNCTION belt_private.take(bigint, smallint[], integer) IS
