@@ -688,3 +688,37 @@ func TestBeltDeadLetterTrim(t *testing.T) {
 		return err
 	}).Code)
 }
+
+// A step hands the store its callbacks' updates as they came: an update with metadata takes the
+// store's full validation (with the belt's _origin as its default), an invalid one is
+// dead-lettered by the store with the message as the callback built it, and the others apply.
+func TestBeltProcessStoreValidatesEveryUpdate(t *testing.T) {
+	t.Parallel()
+	e := newBeltEnv(t)
+	fn := e.fn("mixed", "(h jsonb, p jsonb) RETURNS jsonb", `
+		SELECT jsonb_build_array(
+		    api.set_value(api.update(h ->> 'grnry-correlation-id', '{mixed,ttl}'), p ->> 'page', p_ttl => 'P1D'),
+		    jsonb_build_object('_id', h ->> 'grnry-correlation-id', '_path', '["mixed", "bad"]'::jsonb,
+		                       '_value', jsonb_build_object('_v', 5)),
+		    api.set_value(api.update(h ->> 'grnry-correlation-id', '{mixed,plain}'), p ->> 'page'))`)
+	belt := e.belt(fn, "", nil)
+	cid := e.name("m")
+	e.ingest(`e1 ` + cid + ` {"page": "/a"}`)
+	r := e.step(belt)
+	require.Equal(t, int32(1), r.Processed)
+	require.Equal(t, int32(3), r.Updates)
+	require.Equal(t, int32(1), r.UpdatesDeadLettered)
+	origin := fmt.Sprintf("@/belts/%d", belt)
+	require.Equal(t, `"/a"`+origin, e.grain(cid, "/mixed/ttl"))
+	require.Equal(t, `"/a"`+origin, e.grain(cid, "/mixed/plain"))
+	require.Equal(t, "", e.grain(cid, "/mixed/bad"))
+	var ttl string
+	require.NoError(t, e.tx.QueryRow(e.ctx, `SELECT ttl FROM profile.profilestore
+		WHERE correlation_id = $1 AND path = '/mixed/ttl' AND pit = '_latest'`, cid).Scan(&ttl))
+	require.Equal(t, "P1D", ttl)
+	var state, path string
+	require.NoError(t, e.tx.QueryRow(e.ctx, `SELECT sqlstate, message ->> '_path' FROM profile.dead_letters
+		WHERE correlation_id = $1`, cid).Scan(&state, &path))
+	require.Equal(t, "SPVAL", state)
+	require.JSONEq(t, `["mixed", "bad"]`, path)
+}

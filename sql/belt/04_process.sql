@@ -73,36 +73,52 @@ CREATE TYPE belt_private.outcome AS (
 COMMENT ON TYPE belt_private.outcome IS
     'What a callback made of one item: n, lane and delivery_id (the item''s), status (ok, retry, timeout, transient, error, missing: no event to process, waiting: not run, behind a retry of its lane; the step then settles retry, timeout and transient into blocked, or exhausted when the retries ran out, and what follows a blocked item into waiting), updates (for ok: a JSON array of the callback''s results, of which the step applies the objects), skipped (results the Python runtime skipped), error, traceback (Python''s, or the SQL context), sqlstate (of a SQL error), ms (the call''s time), long_running (longer than CALLBACK_LONGRUNNING_SEC).';
 
--- The lanes' order is their oldest delivery's, so a backlog drains oldest first.
+-- The lanes' order is their oldest delivery's, so a backlog drains oldest first. One probe of a
+-- lane's deliveries finds both whether it has any and its oldest. PL/pgSQL, as the other per-step
+-- functions here, so that a worker's connection plans these statements once, not at every step (a
+-- SQL function that is not inlined is planned at each call).
 CREATE FUNCTION belt_private.lock_lanes(p_consumer bigint, p_max integer, p_only smallint[])
 RETURNS smallint[]
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
 AS $$
-    SELECT array_agg(c.lane ORDER BY c.head)
-    FROM (SELECT l.lane,
-                 (SELECT min(d.id) FROM event.deliveries d WHERE d.consumer_id = l.consumer_id AND d.lane = l.lane) AS head
-          FROM event.consumer_lanes l
-          WHERE l.consumer_id = p_consumer AND l.not_before <= clock_timestamp()
-            AND (p_only IS NULL OR l.lane = ANY (p_only))
-            AND EXISTS (SELECT FROM event.deliveries d WHERE d.consumer_id = l.consumer_id AND d.lane = l.lane)
-          ORDER BY 2
-          LIMIT p_max
-          FOR UPDATE OF l SKIP LOCKED) c;
+BEGIN
+    RETURN (SELECT array_agg(c.lane ORDER BY c.head)
+            FROM (SELECT l.lane, h.head
+                  FROM event.consumer_lanes l
+                  CROSS JOIN LATERAL (SELECT d.id AS head FROM event.deliveries d
+                                      WHERE d.consumer_id = l.consumer_id AND d.lane = l.lane
+                                      ORDER BY d.consumer_id, d.lane, d.id
+                                      LIMIT 1) h
+                  WHERE l.consumer_id = p_consumer AND l.not_before <= clock_timestamp()
+                    AND (p_only IS NULL OR l.lane = ANY (p_only))
+                  ORDER BY h.head
+                  LIMIT p_max
+                  FOR UPDATE OF l SKIP LOCKED) c);
+END
 $$;
 COMMENT ON FUNCTION belt_private.lock_lanes(bigint, integer, smallint[]) IS
     'Locks (FOR UPDATE SKIP LOCKED, until commit) up to p_max lanes of consumer p_consumer that are ready (not_before passed) and have deliveries, only lanes in p_only when it is not NULL, and returns them, the lane with the oldest delivery first; NULL when none. Raises nothing.';
 
 -- Bitmap and sequential scans are off so that each lane's prefix is read in index order and the
--- scan stops there (profile_private.inbox_take says why); a separate function, so that the
--- settings do not reach the callbacks.
+-- scan stops there (profile_private.inbox_take says why); memoization too, as every delivery has
+-- its own event (caching their lookups cost a fifth of the take and never hit); a separate
+-- function, so that the settings do not reach the callbacks.
 CREATE FUNCTION belt_private.take(p_consumer bigint, p_lanes smallint[], p_share integer)
 RETURNS belt_private.item[]
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET enable_bitmapscan = off
 SET enable_seqscan = off
+SET enable_memoize = off
+SET plan_cache_mode = force_generic_plan
 AS $$
-    SELECT array_agg(ROW(t.n, t.id, t.lane, t.event_cid, t.event_id, t.event_at, t.event_type,
-                         t.headers, t.payload, NULL, t.dead_letter_id)::belt_private.item ORDER BY t.n)
+DECLARE
+    v_items belt_private.item[];
+BEGIN
+    -- In delivery order, the order the numbering sorted them in: no second sort.
+    v_items := ARRAY(
+    SELECT ROW(t.n, t.id, t.lane, t.event_cid, t.event_id, t.event_at, t.event_type,
+               t.headers, t.payload, NULL, t.dead_letter_id)::belt_private.item
     FROM (SELECT row_number() OVER (ORDER BY d.id)::integer AS n, d.id, d.lane, d.event_cid, d.event_id,
                  d.event_at, d.dead_letter_id,
                  coalesce(e.event_type, x.event_type) AS event_type,
@@ -116,7 +132,10 @@ AS $$
               LIMIT p_share) d
           LEFT JOIN event.events e
                  ON e.correlation_id = d.event_cid AND e.at = d.event_at AND e.event_id = d.event_id
-          LEFT JOIN belt.dead_letters x ON x.id = d.dead_letter_id) t;
+          LEFT JOIN belt.dead_letters x ON x.id = d.dead_letter_id) t
+    ORDER BY t.id);
+    RETURN CASE WHEN cardinality(v_items) > 0 THEN v_items END;
+END
 $$;
 COMMENT ON FUNCTION belt_private.take(bigint, smallint[], integer) IS
     'The oldest p_share deliveries of each lane in p_lanes of consumer p_consumer, with their events (from event.events, or from the replayed dead letter), as items numbered in delivery order. NULL when there are none. Raises nothing.';
@@ -154,6 +173,9 @@ COMMENT ON FUNCTION belt_private.callback_call(belt.belts) IS
 -- rule for a SQL callback's jsonb (NULL or [] no update, an object one update, an array's objects
 -- updates and its other elements skipped, any other value skipped) is an expression written into
 -- the statement, not a function call, and the step applies only the objects.
+-- Each call is timed by the clock read before and after it in the same row (a target list is
+-- computed in its order); the outcomes are aggregated in the order unnest() gives the items, which
+-- is item order: no window and no sort over the results.
 CREATE FUNCTION belt_private.run_sql(p_belt belt.belts, p_items belt_private.item[])
 RETURNS belt_private.outcome[]
 LANGUAGE plpgsql VOLATILE
@@ -175,17 +197,16 @@ DECLARE
 BEGIN
     BEGIN
         EXECUTE format($q$
-            SELECT array_agg(ROW(r.n, r.lane, r.delivery_id, CASE WHEN r.missing THEN 'missing' ELSE 'ok' END,
-                                 CASE jsonb_typeof(r.res) WHEN 'object' THEN jsonb_build_array(r.res) WHEN 'array' THEN r.res ELSE '[]' END,
-                                 0, NULL, NULL, NULL, r.ms, r.ms > $3)::belt_private.outcome ORDER BY r.n)
-            FROM (SELECT c.n, c.lane, c.delivery_id, c.missing, c.res,
-                         extract(epoch FROM c.t - lag(c.t, 1, $2) OVER (ORDER BY c.n)) * 1000 AS ms
-                  FROM (SELECT i.n, i.lane, i.delivery_id, i.headers IS NULL AS missing,
+            SELECT array_agg(ROW(c.n, c.lane, c.delivery_id, CASE WHEN c.missing THEN 'missing' ELSE 'ok' END,
+                                 CASE jsonb_typeof(c.res) WHEN 'object' THEN jsonb_build_array(c.res) WHEN 'array' THEN c.res ELSE '[]' END,
+                                 0, NULL, NULL, NULL, c.ms, c.ms > $2)::belt_private.outcome)
+            FROM (SELECT c.n, c.lane, c.delivery_id, c.missing, c.res, extract(epoch FROM c.t1 - c.t0) * 1000 AS ms
+                  FROM (SELECT i.n, i.lane, i.delivery_id, i.headers IS NULL AS missing, clock_timestamp() AS t0,
                                CASE WHEN i.headers IS NOT NULL THEN %s(%s) END AS res,
-                               clock_timestamp() AS t
+                               clock_timestamp() AS t1
                         FROM unnest($1) AS i
-                        OFFSET 0) c) r
-        $q$, v_fn, v_args) INTO v_out USING p_items, clock_timestamp(), v_long;
+                        OFFSET 0) c) c
+        $q$, v_fn, v_args) INTO v_out USING p_items, v_long;
         RETURN v_out;
     EXCEPTION WHEN OTHERS THEN
         v_out := '{}';

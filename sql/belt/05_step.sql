@@ -81,7 +81,7 @@ DECLARE
     v_items     belt_private.item[];
     v_out       belt_private.outcome[];
     v_problem   text;
-    v_updates   jsonb;
+    v_updates   jsonb[];
     v_lres      belt_private.lane_result[];
     v_t0        timestamptz;
 BEGIN
@@ -189,18 +189,21 @@ BEGIN
             ORDER BY o.n);
     END IF;
 
-    -- The updates of the processed events, in delivery order; the store gives those without an
-    -- _origin the belt's (as a default of its validation, which keeps them on its fast path).
-    SELECT jsonb_agg(u.m ORDER BY o.n, u.k)
-    INTO v_updates
-    FROM unnest(v_out) o
-    CROSS JOIN LATERAL jsonb_array_elements(o.updates) WITH ORDINALITY AS u(m, k)
-    WHERE o.status = 'ok' AND jsonb_typeof(u.m) = 'object';
+    -- The updates of the processed events, in delivery order (the outcomes are in item order, and
+    -- the lateral call lists each one's updates in order: no sort), handed to the store as an
+    -- array of messages, not one JSON array that it would take apart again; the store gives those
+    -- without an _origin the belt's (as a default of its validation, which keeps them on its fast
+    -- path).
+    v_updates := ARRAY(
+        SELECT u.m
+        FROM unnest(v_out) o
+        CROSS JOIN LATERAL jsonb_array_elements(o.updates) AS u(m)
+        WHERE o.status = 'ok' AND jsonb_typeof(u.m) = 'object');
     v_t0 := clock_timestamp();
-    IF v_updates IS NOT NULL THEN
+    IF cardinality(v_updates) > 0 THEN
         SELECT count(*), count(*) FILTER (WHERE r.status = 'dead_letter')
         INTO updates, updates_dead_lettered
-        FROM profile_private.apply_batch(v_updates, NULL, false, '/belts/' || v_belt.id) r;
+        FROM profile_private.apply_batch(NULL, NULL, false, '/belts/' || v_belt.id, v_updates) r;
     END IF;
     apply_ms := extract(epoch FROM clock_timestamp() - v_t0) * 1000;
 

@@ -12,6 +12,21 @@
 -- same results. The nested subqueries are fenced with OFFSET 0 so that each field is computed once
 -- per update.
 
+-- A batch comes as one JSON array (api.profile_apply_batch, the updater) or as an array of
+-- messages (a belt's step, which has its callbacks' results one by one: aggregating them into one
+-- JSON array only for validation to take it apart again cost a tenth of a step). One scan of both
+-- (ROWS FROM), not a UNION ALL, so that a JSON array costs what it cost alone: the function not
+-- given returns no row (both are strict). SQL, so that it is inlined into the validation queries.
+CREATE FUNCTION profile_private.messages(p_updates jsonb, p_messages jsonb[])
+RETURNS TABLE (m jsonb, ord bigint)
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT coalesce(el.j, el.a), el.ord
+    FROM ROWS FROM (jsonb_array_elements(p_updates), unnest(p_messages)) WITH ORDINALITY AS el(j, a, ord);
+$$;
+COMMENT ON FUNCTION profile_private.messages(jsonb, jsonb[]) IS
+    'The update messages of a batch with their ords (from 1): the elements of JSON array p_updates, then those of array p_messages; a caller gives one of them and NULL for the other. Raises nothing.';
+
 -- The plain shapes are those of most real traffic: a few inline conditions settle them, without
 -- the per-field parsers of the full query (_in, durations, profile_private.path_check). The counts
 -- it returns spare the apply stage a second pass over the usual batch.
@@ -19,6 +34,7 @@ CREATE FUNCTION profile_private.validate_plain(
     p_updates jsonb,
     p_now bigint,
     p_origin text DEFAULT NULL,
+    p_messages jsonb[] DEFAULT NULL,
     OUT plain_updates profile_private.validated_update[],
     OUT rest_ords integer[],
     OUT direct_count bigint,
@@ -79,7 +95,7 @@ BEGIN
                            el.m -> '_id' AS j_id, el.m -> '_profile_type' AS j_pt,
                            (el.m -> '_path')::text AS path_txt, el.m -> '_value' AS j_val,
                            el.m -> '_value' -> '_v' AS v, el.m -> '_value' -> '_c' AS j_c
-                    FROM jsonb_array_elements(p_updates) WITH ORDINALITY AS el(m, ord)
+                    FROM profile_private.messages(p_updates, p_messages) AS el
                     OFFSET 0
                 ) d
                 OFFSET 0
@@ -90,8 +106,8 @@ BEGIN
     ) f;
 END
 $$;
-COMMENT ON FUNCTION profile_private.validate_plain(jsonb, bigint, text) IS
-    'Validates the plain updates of p_updates, a JSON array of update messages, with p_now (epoch ms) as their _in and p_origin (default NULL) as their _origin. Plain: an operation of class set, max, inc, arr or rem (profile_private.op_class) with the _v it needs (set: a string or an array of strings; max, rem: a string; inc: a counter; arr: an array of strings); _id a non-empty string; _profile_type absent, null or a non-empty string other than profile_link; a plain _path (profile_private.path_is_plain) with no segment starting with "_"; a key of at most 2000 bytes; _value an object without _in, _ttl, _ttn, _origin or _reader; _c absent, null, or a number or numeric string in [0, 1]. Returns plain_updates: those updates, valid and normalised (inserted p_now, ttl and ttn P100Y, origin p_origin, reader _auth, seg 0, round 1), in batch order, each with the correlation id it writes (after profile links), NULL when none is plain; rest_ords: the ords (from 1) of the others, for profile_private.validate_full, NULL when every update is plain; direct_count: how many plain updates are direct (profile_private.op_direct); archives: whether a plain update archives (profile_private.op_archives); twice: whether a grain may be written twice among them (equal profile_private.grain_hash). Raises nothing.';
+COMMENT ON FUNCTION profile_private.validate_plain(jsonb, bigint, text, jsonb[]) IS
+    'Validates the plain updates of p_updates, a JSON array of update messages (or of p_messages, default NULL, the same messages as an array, when p_updates is NULL), with p_now (epoch ms) as their _in and p_origin (default NULL) as their _origin. Plain: an operation of class set, max, inc, arr or rem (profile_private.op_class) with the _v it needs (set: a string or an array of strings; max, rem: a string; inc: a counter; arr: an array of strings); _id a non-empty string; _profile_type absent, null or a non-empty string other than profile_link; a plain _path (profile_private.path_is_plain) with no segment starting with "_"; a key of at most 2000 bytes; _value an object without _in, _ttl, _ttn, _origin or _reader; _c absent, null, or a number or numeric string in [0, 1]. Returns plain_updates: those updates, valid and normalised (inserted p_now, ttl and ttn P100Y, origin p_origin, reader _auth, seg 0, round 1), in batch order, each with the correlation id it writes (after profile links), NULL when none is plain; rest_ords: the ords (from 1) of the others, for profile_private.validate_full, NULL when every update is plain; direct_count: how many plain updates are direct (profile_private.op_direct); archives: whether a plain update archives (profile_private.op_archives); twice: whether a grain may be written twice among them (equal profile_private.grain_hash). Raises nothing.';
 
 -- One CASE whose first matching WHEN is the rule broken, so the order of its WHENs is the order of
 -- the rules. It treats the batch as one segment of one round; when some update changes profile
@@ -101,6 +117,7 @@ CREATE FUNCTION profile_private.validate_full(
     p_rest integer[],
     p_now bigint,
     p_origin text DEFAULT NULL,
+    p_messages jsonb[] DEFAULT NULL,
     OUT checked_updates profile_private.validated_update[],
     OUT all_valid boolean,
     OUT changes_links boolean)
@@ -312,7 +329,7 @@ BEGIN
                                        el.m -> '_profile_type' AS j_pt, el.m -> '_path' AS j_path,
                                        el.m -> '_value' AS j_val,
                                        (el.m -> '_value') ?| '{_in,_ttl,_ttn,_origin,_reader}' AS j_meta
-                                FROM jsonb_array_elements(p_updates) WITH ORDINALITY AS el(m, ord)
+                                FROM profile_private.messages(p_updates, p_messages) AS el
                                 WHERE el.ord = ANY (p_rest)
                                 OFFSET 0
                             ) e
@@ -329,5 +346,5 @@ BEGIN
     ) s;
 END
 $$;
-COMMENT ON FUNCTION profile_private.validate_full(jsonb, integer[], bigint, text) IS
-    'Validates the updates at ords p_rest (from 1) of p_updates, a JSON array of update messages, by every rule in order (listed in sql/profile/01_types.sql), with p_now (epoch ms) as the default _in and p_origin (default NULL) as the default _origin (of an update without one or with a null one). Returns checked_updates: one row per update at p_rest; a valid one normalised, with seg 1 when it changes profile links (a _profile_link, or a _delete or _delete_with_history of profile type profile_link) else 0, round 1, and the correlation id it writes if no update before it changes profile links; an invalid one with target and round NULL and the SQLSTATE, reason and context of the first rule it breaks: SPMSG (not an object, _profile_type, a key over 2000 bytes, _value, _origin, _reader), SPOPR (_operation), SPIDX (_id), SPRSV (profile type profile_link addressed by another operation), SPPTH (_path), SPVAL (_v, a link target over 512 bytes), SPCRT (_c), SPINS (_in), SPDUR (_ttl, _ttn, a negative duration as the _v of _set_ttl/_set_ttn). all_valid: whether every one is valid; changes_links: whether a valid one changes profile links. Raises nothing: a broken rule is a row, not an error.';
+COMMENT ON FUNCTION profile_private.validate_full(jsonb, integer[], bigint, text, jsonb[]) IS
+    'Validates the updates at ords p_rest (from 1) of p_updates, a JSON array of update messages (or of p_messages, default NULL, the same messages as an array, when p_updates is NULL), by every rule in order (listed in sql/profile/01_types.sql), with p_now (epoch ms) as the default _in and p_origin (default NULL) as the default _origin (of an update without one or with a null one). Returns checked_updates: one row per update at p_rest; a valid one normalised, with seg 1 when it changes profile links (a _profile_link, or a _delete or _delete_with_history of profile type profile_link) else 0, round 1, and the correlation id it writes if no update before it changes profile links; an invalid one with target and round NULL and the SQLSTATE, reason and context of the first rule it breaks: SPMSG (not an object, _profile_type, a key over 2000 bytes, _value, _origin, _reader), SPOPR (_operation), SPIDX (_id), SPRSV (profile type profile_link addressed by another operation), SPPTH (_path), SPVAL (_v, a link target over 512 bytes), SPCRT (_c), SPINS (_in), SPDUR (_ttl, _ttn, a negative duration as the _v of _set_ttl/_set_ttn). all_valid: whether every one is valid; changes_links: whether a valid one changes profile links. Raises nothing: a broken rule is a row, not an error.';

@@ -98,7 +98,8 @@ COMMENT ON FUNCTION profile_private.results_for_readers(profile_private.apply_re
 -- Generic plans, like the statements it calls: PL/pgSQL re-planned its large queries for every
 -- small batch.
 CREATE FUNCTION profile_private.apply_core(p_updates jsonb, p_ord_offset integer, p_record boolean,
-                                           p_readers text[] DEFAULT NULL, p_origin text DEFAULT NULL)
+                                           p_readers text[] DEFAULT NULL, p_origin text DEFAULT NULL,
+                                           p_messages jsonb[] DEFAULT NULL)
 RETURNS SETOF profile_private.apply_result
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
@@ -131,13 +132,13 @@ BEGIN
     -- out below.
     SELECT v.plain_updates, v.rest_ords, v.direct_count, v.archives, v.twice
     INTO v_updates, v_rest, v_direct, v_history, v_twice
-    FROM profile_private.validate_plain(p_updates, v_now, p_origin) AS v;
+    FROM profile_private.validate_plain(p_updates, v_now, p_origin, p_messages) AS v;
     v_all_valid := true;
     v_links := false;
     IF v_rest IS NOT NULL THEN
         SELECT f.checked_updates, f.all_valid, f.changes_links
         INTO v_more, v_all_valid, v_links
-        FROM profile_private.validate_full(p_updates, v_rest, v_now, p_origin) AS f;
+        FROM profile_private.validate_full(p_updates, v_rest, v_now, p_origin, p_messages) AS f;
         v_updates := coalesce(v_updates, '{}') || v_more;
         -- A grain written twice, among all of them.
         SELECT count(u.target) > count(DISTINCT profile_private.grain_hash(u.target, u.profile_type, u.path))
@@ -231,7 +232,7 @@ BEGIN
             SELECT r.ord, r.sqlstate, r.reason, r.context FROM unnest(v_res) AS r
             WHERE r.status = 'dead_letter' ORDER BY r.ord
         LOOP
-            v_dl_ids[v_dead.ord] := profile_private.dead_letter_add(p_updates -> (v_dead.ord - 1), v_dead.sqlstate,
+            v_dl_ids[v_dead.ord] := profile_private.dead_letter_add(coalesce(p_updates -> (v_dead.ord - 1), p_messages[v_dead.ord]), v_dead.sqlstate,
                                                                 v_dead.reason, v_dead.context);
         END LOOP;
     END IF;
@@ -266,8 +267,8 @@ BEGIN
     ORDER BY u.ord;
 END
 $$;
-COMMENT ON FUNCTION profile_private.apply_core(jsonb, integer, boolean, text[], text) IS
-    'Validates and applies a JSON array of profile update messages in batch order and returns one row per message, in batch order (an empty array: none). p_updates: the messages; p_ord_offset: added to each ord (position in p_updates, from 1), so a caller applying a batch piece by piece numbers the rows as in the whole batch; p_record: record rejected messages in profile.dead_letters (each insert publishes a dead-letters change) and return their ids (replays pass false); p_readers (default NULL: the caller may read everything): the caller''s readers, after the dead letters are recorded with their full reasons the results are told as such a caller may see them (profile_private.results_for_readers, and correlation_id only as far as its links are readable: profile_private.link_target_for). Row: ord, status (ok, noop, dead_letter), operation, correlation_id (the profile the update addresses, after profile links; for a message that failed validation its _id, NULL when not a string), sqlstate, reason and context of a rejection, dead_letter_id, reader (of the _latest pit a noop depended on). Records the grains written and deleted for change notifications. p_origin (default NULL): the _origin of the updates that give none (a belt''s /belts/{id}), set in validation so that such updates keep the plain, fast path. Raises nothing of its own, but handles no exception: an unexpected error propagates, and the caller decides what to do.';
+COMMENT ON FUNCTION profile_private.apply_core(jsonb, integer, boolean, text[], text, jsonb[]) IS
+    'Validates and applies a JSON array of profile update messages in batch order and returns one row per message, in batch order (an empty array: none). p_updates: the messages; p_ord_offset: added to each ord (position in p_updates, from 1), so a caller applying a batch piece by piece numbers the rows as in the whole batch; p_record: record rejected messages in profile.dead_letters (each insert publishes a dead-letters change) and return their ids (replays pass false); p_readers (default NULL: the caller may read everything): the caller''s readers, after the dead letters are recorded with their full reasons the results are told as such a caller may see them (profile_private.results_for_readers, and correlation_id only as far as its links are readable: profile_private.link_target_for). Row: ord, status (ok, noop, dead_letter), operation, correlation_id (the profile the update addresses, after profile links; for a message that failed validation its _id, NULL when not a string), sqlstate, reason and context of a rejection, dead_letter_id, reader (of the _latest pit a noop depended on). Records the grains written and deleted for change notifications. p_origin (default NULL): the _origin of the updates that give none (a belt''s /belts/{id}), set in validation so that such updates keep the plain, fast path. p_messages (default NULL): the messages as an array instead, p_updates NULL then. Raises nothing of its own, but handles no exception: an unexpected error propagates, and the caller decides what to do.';
 
 -- Used only after profile_private.apply_core failed: a subtransaction per update costs more than the
 -- whole set-based batch, so the usual batch never pays for it. Only a deterministic error is set
@@ -331,7 +332,8 @@ COMMENT ON VIEW api.profile_apply_results IS
 -- twice. A transient error (api.error_class) is not the batch's fault: it fails the call, to be
 -- retried as a whole, unless p_transient_to_dead_letter.
 CREATE FUNCTION profile_private.apply_batch(p_updates jsonb, p_readers text[] DEFAULT NULL,
-                                            p_transient_to_dead_letter boolean DEFAULT false, p_origin text DEFAULT NULL)
+                                            p_transient_to_dead_letter boolean DEFAULT false, p_origin text DEFAULT NULL,
+                                            p_messages jsonb[] DEFAULT NULL)
 RETURNS SETOF api.profile_apply_results
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -343,7 +345,7 @@ BEGIN
         -- fails, no row has been returned yet. It returns its rows in batch order.
         RETURN QUERY
         SELECT c.ord, c.status, c.operation, c.correlation_id, c.sqlstate, c.reason, c.dead_letter_id
-        FROM profile_private.apply_core(p_updates, 0, true, p_readers, p_origin) AS c;
+        FROM profile_private.apply_core(p_updates, 0, true, p_readers, p_origin, p_messages) AS c;
     EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE;
         IF NOT p_transient_to_dead_letter AND api.error_class(v_state) = 'transient' THEN
@@ -351,13 +353,13 @@ BEGIN
         END IF;
         RETURN QUERY
         SELECT r.ord, r.status, r.operation, r.correlation_id, r.sqlstate, r.reason, r.dead_letter_id
-        FROM unnest(profile_private.apply_safe(p_updates, p_readers, p_transient_to_dead_letter, p_origin)) AS r
+        FROM unnest(profile_private.apply_safe(coalesce(p_updates, to_jsonb(p_messages)), p_readers, p_transient_to_dead_letter, p_origin)) AS r
         ORDER BY r.ord;
     END;
 END
 $$;
-COMMENT ON FUNCTION profile_private.apply_batch(jsonb, text[], boolean, text) IS
-    'Applies a JSON array of profile update messages p_updates as api.profile_apply_batch does (p_readers: the same; p_origin, default NULL: the _origin of updates that give none), and returns its rows. An unexpected error makes it redo the batch one update per subtransaction (profile_private.apply_safe), so that only the update that raised it is dead-lettered; a transient one (api.error_class) is raised instead, unless p_transient_to_dead_letter (default false) is true. Raises the transient errors it does not dead-letter.';
+COMMENT ON FUNCTION profile_private.apply_batch(jsonb, text[], boolean, text, jsonb[]) IS
+    'Applies a JSON array of profile update messages p_updates as api.profile_apply_batch does (p_readers: the same; p_origin, default NULL: the _origin of updates that give none; p_messages, default NULL: the messages as an array instead, p_updates NULL then), and returns its rows. An unexpected error makes it redo the batch one update per subtransaction (profile_private.apply_safe), so that only the update that raised it is dead-lettered; a transient one (api.error_class) is raised instead, unless p_transient_to_dead_letter (default false) is true. Raises the transient errors it does not dead-letter.';
 
 CREATE FUNCTION api.profile_apply_batch(p_updates jsonb, p_readers text[] DEFAULT NULL)
 RETURNS SETOF api.profile_apply_results
