@@ -1236,7 +1236,7 @@ type SeriesPendingUpdate struct {
 	FlushIdle time.Time `json:"flushIdle"`
 }
 
-// The points of every series: one row per series and time (a second write at the same time replaces the point: last write wins). Field p of the series type (account.series_type_fields.position) is in n<p>, s<p> and t<p>. Time-partitioned (partition domain): a compressed hypertable on TimescaleDB (segmented by series_id, ordered by at), native partitions otherwise. Read it through api.series_get / api.series_read, which decode the columns.
+// The points of every series: one row per series and time (a second write at the same time replaces the point: last write wins). Field p of the series type (account.series_type_fields.position) is in n<p>, s<p> and t<p>. Time-partitioned (partition domain): a compressed hypertable on TimescaleDB (segmented by series_id, ordered by at; calls of series.compress_on_write points or more are written straight into compressed batches, and a plain index on (series_id, at) serves the rows written uncompressed; one row per series and time is kept by the writers, which take turns per series), native partitions otherwise (primary key series_id, at). Read it through api.series_read and api.series_read_columns, which decode the columns.
 type SeriesPoint struct {
 	// The series (account.events.series_id of its holder; never reused, so a deleted holder's points are never read by a new one).
 	SeriesID int64 `json:"seriesId"`
