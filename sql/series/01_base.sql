@@ -285,11 +285,9 @@ COMMENT ON FUNCTION series_private.type_fields(account.events) IS 'The fields of
 CREATE FUNCTION series_private.type_layout(p_holder account.events, OUT names text[], OUT kinds text[], OUT required boolean[])
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    v_max integer;
 BEGIN
-    SELECT array_agg(f.field ORDER BY p), array_agg(f.kind ORDER BY p), array_agg(coalesce(f.required, false) ORDER BY p), max(f.position)
-    INTO names, kinds, required, v_max
+    SELECT array_agg(f.field ORDER BY p), array_agg(f.kind ORDER BY p), array_agg(coalesce(f.required, false) ORDER BY p)
+    INTO names, kinds, required
     FROM generate_series(1, 8) p
     LEFT JOIN account.series_type_fields f ON f.type = substr(p_holder.type, 8) AND f.position = p;
     IF EXISTS (SELECT FROM account.series_type_fields f WHERE f.type = substr(p_holder.type, 8) AND f.position > 8) THEN
