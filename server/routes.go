@@ -40,6 +40,10 @@ func newServer(cfg Config) *server {
 	s.seriesJoin = newJoiner(func(ctx context.Context, _ struct{}, requests []byte) ([]db.SeriesAppendRequestsRow, error) {
 		return s.q.SeriesAppendRequests(ctx, requests)
 	}, func(r db.SeriesAppendRequestsRow) int32 { return r.Request })
+	s.columnsJoin = newColumnsJoiner(func(ctx context.Context, p db.SeriesAppendColumnsParams) error {
+		_, err := s.q.SeriesAppendColumns(ctx, p)
+		return err
+	})
 	return s
 }
 

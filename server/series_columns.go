@@ -4,12 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"math"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/silo-db/silo/db"
 )
 
 // Series bodies as typed columns. Most series bodies are a sensor's numbers: for those the handler
@@ -26,23 +22,6 @@ import (
 // messages are the reference; so does a request with an idempotency key, whose answer that
 // function records.
 
-// seriesColumns is a body (or a seriesBatch's bodies) read into columns: the arguments of
-// api.series_append_columns.
-type seriesColumns struct {
-	events []string
-	fields []string
-	counts []int32
-	scales []int16
-	body   []int32 // the body of each point; nil when there is one body
-	time   []int64
-	v      [8][]int64 // value columns; nullCell for null
-	batch  bool
-}
-
-// nullCell marks a null value in a column; the query turns it into NULL. Values stay below 10^18 in
-// magnitude, so it is never a value.
-const nullCell = math.MinInt64
-
 // seriesTryColumns writes a body as columns when it can be read so. handled is false when the body
 // must go the flatJSON way (see above); otherwise the body was written (err nil) or refused.
 func (s *server) seriesTryColumns(ctx context.Context, access, event string, body []byte, key *string) (handled bool, err error) {
@@ -58,28 +37,12 @@ func (s *server) seriesTryColumns(ctx context.Context, access, event string, bod
 	if c == nil {
 		return false, nil
 	}
-	p := db.SeriesAppendColumnsParams{AccessID: access, EventIds: c.events, Fields: c.fields, FieldCounts: c.counts,
-		Scales: c.scales, Body: c.body, Time: c.time, Batch: c.batch,
-		V1: c.v[0], V2: c.v[1], V3: c.v[2], V4: c.v[3], V5: c.v[4], V6: c.v[5], V7: c.v[6], V8: c.v[7]}
-	for attempt := 0; ; attempt++ {
-		_, err = s.q.SeriesAppendColumns(ctx, p)
-		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) {
-			return true, err
-		}
-		switch {
-		case pgErr.Code == "SASTR":
-			return false, nil // refused: the flatJSON way says why, in the client's own terms
-		case (pgErr.Code == "40P01" || pgErr.Code == "40001") && attempt < 5:
-			select {
-			case <-time.After(time.Duration(1+attempt*attempt) * 5 * time.Millisecond):
-			case <-ctx.Done():
-				return true, ctx.Err()
-			}
-		default:
-			return true, err
-		}
+	err = s.columnsJoin.do(ctx, access, c)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "SASTR" {
+		return false, nil // refused: the flatJSON way says why, in the client's own terms
 	}
+	return true, err
 }
 
 // jsonScan reads a JSON text already known to be valid (json.Valid, UTF-8, no \u0000).

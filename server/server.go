@@ -45,6 +45,7 @@ type server struct {
 	jobJoin     *joiner[struct{}, db.APIJobEventResult]       // POST /job-events
 	enqueueJoin *joiner[string, db.ProfileEnqueueRequestsRow] // its async mode, by priority
 	seriesJoin  *joiner[struct{}, db.SeriesAppendRequestsRow] // the series write routes
+	columnsJoin *columnsJoiner                                // their bodies read as columns
 	hub         *change.Hub
 	cacheCtx    context.Context // Config.CacheContext: while it lasts, the API cache hears invalidations
 }
