@@ -16,6 +16,23 @@ import (
 	"github.com/silo-db/silo/db"
 )
 
+// storeUser makes user name with a stream s, and a maker of its series:mass/kg holders at a time.
+func storeUser(t *testing.T, q *db.Queries, name string) (db.AccountUserCreateRow, func(at time.Time) string) {
+	ctx := context.Background()
+	user, err := q.AccountUserCreate(ctx, db.AccountUserCreateParams{Username: name, AccessName: "silo"})
+	require.NoError(t, err)
+	_, err = q.AccountStreamCreate(ctx, db.AccountStreamCreateParams{AccessID: user.AccessID, Stream: json.RawMessage(`{"id": "s", "name": "S"}`)})
+	require.NoError(t, err)
+	return user, func(at time.Time) string {
+		out, err := q.AccountEventCreate(ctx, db.AccountEventCreateParams{AccessID: user.AccessID,
+			Event: json.RawMessage(fmt.Sprintf(`{"streamId": "s", "type": "series:mass/kg", "time": %d}`, at.Unix()))})
+		require.NoError(t, err)
+		var e struct{ Event struct{ ID string } }
+		require.NoError(t, json.Unmarshal(out, &e))
+		return e.Event.ID
+	}
+}
+
 // The series storage on both backends: a compressed hypertable (TimescaleDB) and native
 // partitions (pg_partman), run as db/partition_test.go runs the partition domain.
 func TestSeriesStorageBackends(t *testing.T) {
@@ -30,20 +47,9 @@ func testSeriesStorage(t *testing.T, pool *pgxpool.Pool, want string) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT backend FROM partition.tables WHERE relation = 'series.points'::regclass`).Scan(&backend))
 	require.Equal(t, want, backend)
 
-	user, err := q.AccountUserCreate(ctx, db.AccountUserCreateParams{Username: "store", AccessName: "silo"})
-	require.NoError(t, err)
-	_, err = q.AccountStreamCreate(ctx, db.AccountStreamCreateParams{AccessID: user.AccessID, Stream: json.RawMessage(`{"id": "s", "name": "S"}`)})
-	require.NoError(t, err)
+	user, holder := storeUser(t, q, "store")
 	start := time.Now().Add(-10 * 24 * time.Hour).Truncate(time.Hour)
-	holder := func() string {
-		out, err := q.AccountEventCreate(ctx, db.AccountEventCreateParams{AccessID: user.AccessID,
-			Event: json.RawMessage(fmt.Sprintf(`{"streamId": "s", "type": "series:mass/kg", "time": %d}`, start.Unix()))})
-		require.NoError(t, err)
-		var e struct{ Event struct{ ID string } }
-		require.NoError(t, json.Unmarshal(out, &e))
-		return e.Event.ID
-	}
-	a, b := holder(), holder()
+	a, b := holder(start), holder(start)
 	// One point an hour for ten days in each series: a drifting 2-decimal reading.
 	var pts strings.Builder
 	for i := 0; i < 240; i++ {
@@ -53,6 +59,7 @@ func testSeriesStorage(t *testing.T, pool *pgxpool.Pool, want string) {
 		fmt.Fprintf(&pts, "[%d, %d.%02d]", i*3600, 60+i/10, i%100)
 	}
 	body := json.RawMessage(`{"format": "flatJSON", "fields": ["deltaTime", "value"], "points": [` + pts.String() + `]}`)
+	var err error
 	for _, id := range []string{a, b} {
 		_, err = q.SeriesAppend(ctx, db.SeriesAppendParams{AccessID: user.AccessID, EventID: id, Data: body})
 		require.NoError(t, err)
@@ -161,17 +168,8 @@ func TestSeriesStorageLastWriteWins(t *testing.T) {
 func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 	ctx := context.Background()
 	q := db.New(pool)
-	user, err := q.AccountUserCreate(ctx, db.AccountUserCreateParams{Username: "lastwrite", AccessName: "silo"})
-	require.NoError(t, err)
-	_, err = q.AccountStreamCreate(ctx, db.AccountStreamCreateParams{AccessID: user.AccessID, Stream: json.RawMessage(`{"id": "s", "name": "S"}`)})
-	require.NoError(t, err)
-	start := time.Now().Add(-3 * 24 * time.Hour).Truncate(24 * time.Hour)
-	out, err := q.AccountEventCreate(ctx, db.AccountEventCreateParams{AccessID: user.AccessID,
-		Event: json.RawMessage(fmt.Sprintf(`{"streamId": "s", "type": "series:mass/kg", "time": %d}`, start.Unix()))})
-	require.NoError(t, err)
-	var e struct{ Event struct{ ID string } }
-	require.NoError(t, json.Unmarshal(out, &e))
-	id := e.Event.ID
+	user, holder := storeUser(t, q, "lastwrite")
+	id := holder(time.Now().Add(-3 * 24 * time.Hour).Truncate(24 * time.Hour))
 
 	// Points at deltaTime from .. to-1 seconds, value = base + i hundredths, as typed columns.
 	columns := func(from, to, base int64) db.SeriesAppendColumnsParams {
@@ -226,7 +224,7 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 		require.Equal(t, times, rows, "one row per series and time")
 	}
 
-	_, err = q.SeriesAppendColumns(ctx, columns(0, 500, 1000))
+	_, err := q.SeriesAppendColumns(ctx, columns(0, 500, 1000))
 	require.NoError(t, err)
 	expect(0, 500, 1000)
 	if backend == "timescaledb" {
