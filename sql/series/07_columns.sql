@@ -294,7 +294,6 @@ BEGIN
               JOIN unnest(p_bodies) b ON b.n = t.bn
               GROUP BY b.series_id) x;
     END IF;
-    SET LOCAL enable_nestloop = on;
     FOR v_i IN SELECT array_position(v_series, s) FROM unnest(series_private.claim(v_series, v_lo, v_hi)) s LOOP
         PERFORM series_private.clear(v_series[v_i], v_lo[v_i], v_hi[v_i],
             ARRAY(SELECT series_private.us_at(CASE WHEN b.abs THEN t.tu ELSE b.te + t.tu END)
@@ -302,7 +301,6 @@ BEGIN
                   JOIN unnest(p_bodies) b ON b.n = t.bn
                   WHERE b.series_id = v_series[v_i]));
     END LOOP;
-    SET LOCAL enable_nestloop = off;
     v_direct := series_private.compress_on_write(cardinality(p_time), cardinality(v_series));
     INSERT INTO series.points (series_id, at, n1, s1, n2, s2, n3, s3, n4, s4, n5, s5, n6, s6, n7, s7, n8, s8)
     SELECT * FROM series_private.column_rows(p_bodies, p_body, p_time, p_a1, p_a2, p_a3, p_a4, p_a5, p_a6, p_a7, p_a8);
