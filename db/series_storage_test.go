@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/silo-db/silo/db"
+	"github.com/silo-db/silo/db/dbtest"
 )
 
 // storeUser makes user name with a stream s, and a maker of its series:mass/kg holders at a time.
@@ -300,4 +301,38 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 	expect(1000, 1100, 100)
 	expect(1100, 1300, 200)
 	check()
+}
+
+// A typed seriesBatch whose bodies are of different types: each body is checked against its own
+// type's fields (read once per run of bodies of one type).
+func TestSeriesColumnsBatchOfTypes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := db.New(dbtest.Pool(t))
+	user, holder := storeUser(t, q, "typedbatch")
+	at := time.Now().Add(-time.Hour).Truncate(time.Second)
+	mass1, mass2 := holder(at), holder(at)
+	out, err := q.AccountEventCreate(ctx, db.AccountEventCreateParams{AccessID: user.AccessID,
+		Event: json.RawMessage(fmt.Sprintf(`{"streamId": "s", "type": "series:position/wgs84", "time": %d}`, at.Unix()))})
+	require.NoError(t, err)
+	var e struct{ Event struct{ ID string } }
+	require.NoError(t, json.Unmarshal(out, &e))
+	pos := e.Event.ID
+	_, err = q.SeriesAppendColumns(ctx, db.SeriesAppendColumnsParams{AccessID: user.AccessID, Batch: true,
+		EventIds:    []string{mass1, pos, mass2},
+		Fields:      []string{"deltaTime", "value", "deltaTime", "latitude", "longitude", "deltaTime", "value"},
+		FieldCounts: []int32{2, 3, 2}, Scales: []int16{0, 1, 0, 2, 2, 0, 0},
+		Body: []int32{1, 2, 3}, Time: []int64{0, 0, 0},
+		V1: []int64{705, 4650, 71}, V2: []int64{math.MinInt64, 660, math.MinInt64}})
+	require.NoError(t, err)
+	get := func(id string) string {
+		out, err := q.SeriesGet(ctx, db.SeriesGetParams{AccessID: user.AccessID, EventID: id, Relative: true, TimeField: "deltaTime"})
+		require.NoError(t, err)
+		var v struct{ Points json.RawMessage }
+		require.NoError(t, json.Unmarshal(out, &v))
+		return string(v.Points)
+	}
+	require.JSONEq(t, `[[0, 70.5]]`, get(mass1))
+	require.JSONEq(t, `[[0, 46.5, 6.6, null, null, null, null, null]]`, get(pos), "latitude, longitude, and the optional fields")
+	require.JSONEq(t, `[[0, 71]]`, get(mass2))
 }

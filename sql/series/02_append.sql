@@ -77,7 +77,9 @@ COMMENT ON FUNCTION series_private.prepare(account.accesses, text, jsonb, text, 
 
 -- The fields of a body, whatever form its points take (flatJSON here, typed columns in
 -- 07_columns.sql): a time column, the type's required fields, no unknown or repeated one.
-CREATE FUNCTION series_private.prepare_fields(p_by account.accesses, p_holder account.events, p_names text[], p_where text, p_n integer)
+CREATE FUNCTION series_private.prepare_fields(p_by account.accesses, p_holder account.events, p_names text[], p_where text, p_n integer,
+                                             p_layout_names text[] DEFAULT NULL, p_layout_kinds text[] DEFAULT NULL,
+                                             p_layout_required boolean[] DEFAULT NULL)
 RETURNS series_private.body
 LANGUAGE plpgsql STABLE
 AS $$
@@ -91,7 +93,13 @@ DECLARE
     v_pos    integer;
     v_nf     integer := coalesce(cardinality(p_names), 0);
 BEGIN
-    SELECT l.names, l.kinds, l.required INTO v_fname, v_kind, v_req FROM series_private.type_layout(p_holder) l;
+    IF p_layout_kinds IS NULL THEN
+        SELECT l.names, l.kinds, l.required INTO v_fname, v_kind, v_req FROM series_private.type_layout(p_holder) l;
+    ELSE
+        v_fname := p_layout_names;
+        v_kind := p_layout_kinds;
+        v_req := p_layout_required;
+    END IF;
     FOR v_i IN 1 .. v_nf LOOP
         IF p_names[v_i] IN ('deltaTime', 'timestamp') THEN
             IF v_ti IS NOT NULL THEN
@@ -129,7 +137,7 @@ BEGIN
                v_tname = 'timestamp', v_tname, v_nf, v_ti, v_idx, v_kind, v_req, v_fname, p_where, NULL)::series_private.body;
 END
 $$;
-COMMENT ON FUNCTION series_private.prepare_fields(account.accesses, account.events, text[], text, integer) IS 'Checks the field names p_names of a body for series holder p_holder (account_private.series_holder) written by access p_by: one time column (timestamp or deltaTime), every required field of the type, no unknown or repeated one; returns the body (n p_n, messages prefixed by p_where) without points. Raises SAOPR for a type of more than 8 fields, SASTR (invalid-request-structure) with Pryv''s message for fields that break a rule.';
+COMMENT ON FUNCTION series_private.prepare_fields(account.accesses, account.events, text[], text, integer, text[], text[], boolean[]) IS 'Checks the field names p_names of a body for series holder p_holder (account_private.series_holder) written by access p_by, against its type''s fields (p_layout_*: series_private.type_layout of the holder, given by a caller that checks many bodies of one type; NULL: read here): one time column (timestamp or deltaTime), every required field of the type, no unknown or repeated one; returns the body (n p_n, messages prefixed by p_where) without points. Raises SAOPR for a type of more than 8 fields, SASTR (invalid-request-structure) with Pryv''s message for fields that break a rule.';
 
 -- The metadata update of each series written, merged into series.pending_updates in series order
 -- (so two calls that write the same series lock alike), whatever form the points came in.

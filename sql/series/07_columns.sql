@@ -33,6 +33,11 @@ DECLARE
     v_off    integer := 0;
     v_map    integer[];
     v_shared boolean := true;
+    v_holder account.events;
+    v_type   text;
+    v_lnames text[];
+    v_lkinds text[];
+    v_lreq   boolean[];
     a1 bigint[]; a2 bigint[]; a3 bigint[]; a4 bigint[]; a5 bigint[]; a6 bigint[]; a7 bigint[]; a8 bigint[];
 BEGIN
     IF coalesce(cardinality(p_field_counts), 0) <> v_nb OR coalesce(cardinality(p_fields), 0) <> coalesce(cardinality(p_scales), 0)
@@ -63,8 +68,14 @@ BEGIN
     END IF;
     FOR v_i IN 1 .. v_nb LOOP
         v_where := CASE WHEN p_batch THEN format('data[%s]: ', v_i - 1) ELSE '' END;
-        v_body := series_private.prepare_fields(v_by, account_private.series_holder(v_by, p_event_ids[v_i], 'create'),
-                                                p_fields[v_off + 1 : v_off + p_field_counts[v_i]], v_where, v_i);
+        v_holder := account_private.series_holder(v_by, p_event_ids[v_i], 'create');
+        IF v_holder.type IS DISTINCT FROM v_type THEN
+            -- The type's fields, read once for the bodies of one type (a seriesBatch's usually are).
+            SELECT l.names, l.kinds, l.required INTO v_lnames, v_lkinds, v_lreq FROM series_private.type_layout(v_holder) l;
+            v_type := v_holder.type;
+        END IF;
+        v_body := series_private.prepare_fields(v_by, v_holder, p_fields[v_off + 1 : v_off + p_field_counts[v_i]], v_where, v_i,
+                                                v_lnames, v_lkinds, v_lreq);
         IF v_counts[v_i] = 0 THEN
             RAISE EXCEPTION '%"points" must hold at least one data point.', v_where USING ERRCODE = 'SASTR';
         END IF;
