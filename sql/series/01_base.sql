@@ -264,24 +264,8 @@ AS $$
 $$;
 COMMENT ON FUNCTION series_private.seconds_text(bigint) IS 'p_us microseconds as the JSON text of seconds, exact (0.001, 1700000000.5). Raises nothing.';
 
--- The fields of a holder's type, by position (1 to 8).
-CREATE FUNCTION series_private.type_fields(p_holder account.events)
-RETURNS TABLE (field_position integer, field text, kind text, required boolean)
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    RETURN QUERY SELECT f.position::integer, f.field, f.kind, f.required
-                 FROM account.series_type_fields f WHERE f.type = substr(p_holder.type, 8) ORDER BY f.position;
-    IF EXISTS (SELECT FROM account.series_type_fields f WHERE f.type = substr(p_holder.type, 8) AND f.position > 8) THEN
-        RAISE EXCEPTION 'series type % has more than 8 fields: series store up to 8', substr(p_holder.type, 8)
-            USING ERRCODE = 'SAOPR';
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION series_private.type_fields(account.events) IS 'The fields of series holder p_holder''s type (account.series_type_fields): position (1 to 8, the columns of series.points), name, kind and whether required, in order. Raises SAOPR when the type has a field past position 8 (a DBA''s addition series.points cannot store).';
-
--- The same as arrays by position, in one row: what each append checks its fields against, without
--- the set-returning call (a tuplestore) and the loop over its rows.
+-- The fields of a holder's type as arrays by position, in one row: what each append checks its
+-- fields against, without a set-returning call (a tuplestore) and a loop over its rows.
 CREATE FUNCTION series_private.type_layout(p_holder account.events, OUT names text[], OUT kinds text[], OUT required boolean[])
 LANGUAGE plpgsql STABLE
 AS $$
@@ -296,4 +280,16 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION series_private.type_layout(account.events) IS 'The fields of series holder p_holder''s type as arrays of 8, by position (1 to 8, the columns of series.points): names, kinds and whether required (NULL name and kind, false, where the type has no field). Raises SAOPR when the type has a field past position 8.';
+COMMENT ON FUNCTION series_private.type_layout(account.events) IS 'The fields of series holder p_holder''s type (account.series_type_fields) as arrays of 8, by position (1 to 8, the columns of series.points): names, kinds and whether required (NULL name and kind, false, where the type has no field). Raises SAOPR when the type has a field past position 8 (a DBA''s addition series.points cannot store).';
+
+-- The same as rows, for the reads.
+CREATE FUNCTION series_private.type_fields(p_holder account.events)
+RETURNS TABLE (field_position integer, field text, kind text, required boolean)
+LANGUAGE sql STABLE
+AS $$
+    SELECT p, l.names[p], l.kinds[p], l.required[p]
+    FROM series_private.type_layout(p_holder) l, generate_series(1, 8) p
+    WHERE l.names[p] IS NOT NULL
+    ORDER BY p;
+$$;
+COMMENT ON FUNCTION series_private.type_fields(account.events) IS 'The fields of series holder p_holder''s type, one row each (series_private.type_layout): position (1 to 8, the columns of series.points), name, kind and whether required, in order. Raises SAOPR when the type has a field past position 8.';
