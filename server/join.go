@@ -161,32 +161,51 @@ func (j *joiner[G, R]) do(ctx context.Context, group G, key string, req writeReq
 }
 
 func (j *joiner[G, R]) run() {
+	weight := func(it *joinItem[G, R]) int { return len(it.req.body) + len(it.req.text) }
 	for first := range j.queue {
-		items := []*joinItem[G, R]{first}
-		size := len(first.req.body) + len(first.req.text)
-	collect:
-		for len(items) < joinCallMax && size < joinCallBytes {
-			select {
-			case it := <-j.queue:
-				items = append(items, it)
-				size += len(it.req.body) + len(it.req.text)
-			default:
-				break collect
-			}
-		}
-		// One call per group, in the order the groups first came.
-		var keys []string
-		groups := map[string][]*joinItem[G, R]{}
-		for _, it := range items {
-			if _, seen := groups[it.key]; !seen {
-				keys = append(keys, it.key)
-			}
-			groups[it.key] = append(groups[it.key], it)
-		}
-		for _, k := range keys {
-			j.callGroup(groups[k])
+		items := takeWaiting(j.queue, first, joinCallMax, joinCallBytes, weight)
+		for _, group := range byKey(items, func(it *joinItem[G, R]) string { return it.key }) {
+			j.callGroup(group)
 		}
 	}
+}
+
+// takeWaiting returns first and the items waiting in queue behind it, without waiting for more,
+// up to maxItems items or until their weights reach maxWeight.
+func takeWaiting[T any](queue chan T, first T, maxItems, maxWeight int, weight func(T) int) []T {
+	items := []T{first}
+	total := weight(first)
+	for len(items) < maxItems && total < maxWeight {
+		select {
+		case it, ok := <-queue:
+			if !ok {
+				return items
+			}
+			items = append(items, it)
+			total += weight(it)
+		default:
+			return items
+		}
+	}
+	return items
+}
+
+// byKey splits items into the groups of equal key, in the order the keys first came.
+func byKey[T any](items []T, key func(T) string) [][]T {
+	var keys []string
+	groups := map[string][]T{}
+	for _, it := range items {
+		k := key(it)
+		if _, seen := groups[k]; !seen {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], it)
+	}
+	out := make([][]T, len(keys))
+	for i, k := range keys {
+		out[i] = groups[k]
+	}
+	return out
 }
 
 // callGroup writes the requests of one group as one call and hands each its own rows. When the
@@ -239,20 +258,27 @@ func (j *joiner[G, R]) callGroup(items []*joinItem[G, R]) {
 	}
 }
 
-// callRetrying makes one call for the requests (a JSON array) and their texts, retrying when PostgreSQL aborted the transaction for a deadlock or a serialization failure: two
-// concurrent calls that touch the same rows in different orders can deadlock, and the rolled-back
-// call (its idempotency keys included) is safe to repeat.
+// callRetrying makes one call for the requests (a JSON array) and their texts (retryTransient).
 func (j *joiner[G, R]) callRetrying(ctx context.Context, group G, requests []byte, texts []string) ([]R, error) {
+	return retryTransient(ctx, func() ([]R, error) { return j.call(ctx, group, requests, texts) })
+}
+
+// retryTransient makes a call, again when PostgreSQL aborted its transaction for a deadlock or a
+// serialization failure (up to five times, backing off): two concurrent calls that touch the same
+// rows in different orders can deadlock, and the rolled-back call (its idempotency keys included)
+// is safe to repeat.
+func retryTransient[T any](ctx context.Context, call func() (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
-		rows, err := j.call(ctx, group, requests, texts)
+		v, err := call()
 		var pgErr *pgconn.PgError
 		if err == nil || attempt == 5 || !errors.As(err, &pgErr) || (pgErr.Code != "40P01" && pgErr.Code != "40001") {
-			return rows, err
+			return v, err
 		}
 		select {
 		case <-time.After(time.Duration(1+attempt*attempt) * 5 * time.Millisecond):
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			var zero T
+			return zero, ctx.Err()
 		}
 	}
 }

@@ -2,11 +2,7 @@ package server
 
 import (
 	"context"
-	"errors"
 	"math"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/silo-db/silo/db"
 )
@@ -83,33 +79,11 @@ func (j *columnsJoiner) do(ctx context.Context, access string, c *seriesColumns)
 }
 
 func (j *columnsJoiner) run() {
+	points := func(it *columnsItem) int { return len(it.c.time) }
 	for first := range j.queue {
-		items := []*columnsItem{first}
-		points := len(first.c.time)
-	collect:
-		for points < joinColumnsCallPoints {
-			select {
-			case it, ok := <-j.queue:
-				if !ok {
-					break collect
-				}
-				items = append(items, it)
-				points += len(it.c.time)
-			default:
-				break collect
-			}
-		}
-		// One call per access, in the order the accesses first came.
-		var accesses []string
-		groups := map[string][]*columnsItem{}
-		for _, it := range items {
-			if _, seen := groups[it.access]; !seen {
-				accesses = append(accesses, it.access)
-			}
-			groups[it.access] = append(groups[it.access], it)
-		}
-		for _, a := range accesses {
-			j.callGroup(a, groups[a])
+		items := takeWaiting(j.queue, first, joinCallMax, joinColumnsCallPoints, points)
+		for _, group := range byKey(items, func(it *columnsItem) string { return it.access }) {
+			j.callGroup(group[0].access, group)
 		}
 	}
 }
@@ -138,21 +112,10 @@ func (j *columnsJoiner) callGroup(access string, items []*columnsItem) {
 	}
 }
 
-// callRetrying makes one call, again when PostgreSQL aborted it for a deadlock or a serialization
-// failure (two calls that write the same series in different orders).
+// callRetrying makes one call (retryTransient).
 func (j *columnsJoiner) callRetrying(ctx context.Context, p db.SeriesAppendColumnsParams) error {
-	for attempt := 0; ; attempt++ {
-		err := j.call(ctx, p)
-		var pgErr *pgconn.PgError
-		if err == nil || attempt == 5 || !errors.As(err, &pgErr) || (pgErr.Code != "40P01" && pgErr.Code != "40001") {
-			return err
-		}
-		select {
-		case <-time.After(time.Duration(1+attempt*attempt) * 5 * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	_, err := retryTransient(ctx, func() (struct{}, error) { return struct{}{}, j.call(ctx, p) })
+	return err
 }
 
 func columnsParams(access string, c *seriesColumns) db.SeriesAppendColumnsParams {
