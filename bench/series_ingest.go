@@ -264,15 +264,9 @@ func seriesWorkload(ctx context.Context, bn *bench, rp *report) error {
 				// The chunks of the run's range exist, as the day's chunk does on a live server
 				// (made once a day there, by the day's first write): a point an hour of a series
 				// no holder has, compressed as ingestion compresses.
-				return pgx.BeginFunc(ctx, bn.raw, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, `SELECT set_config('timescaledb.enable_direct_compress_insert', 'on', true)`); err != nil {
-						return err
-					}
-					_, err := tx.Exec(ctx, `INSERT INTO series.points (series_id, at, n1, s1)
-						SELECT -1, $1::timestamptz + g * interval '1 hour', 0, 0 FROM generate_series(0, $2::int) g`,
-						sb.start.Add(time.Duration(run*runSpan)*time.Second), runSpan/3600+1)
-					return err
-				})
+				return insertCompressed(ctx, bn, `INSERT INTO series.points (series_id, at, n1, s1)
+					SELECT -1, $1::timestamptz + g * interval '1 hour', 0, 0 FROM generate_series(0, $2::int) g`,
+					sb.start.Add(time.Duration(run*runSpan)*time.Second), runSpan/3600+1)
 			},
 			siloCPU.around(ctx, bn, func() (float64, error) {
 				return seriesRate(work, func(r seriesReq) error { return sb.post(ctx, r) })
@@ -307,6 +301,18 @@ func seriesStoreWorkload(ctx context.Context, bn *bench, rp *report) error {
 	return sb.space(ctx, rp)
 }
 
+// insertCompressed runs insert as ingestion stores a feed on TimescaleDB: straight into compressed
+// batches (a setting without effect elsewhere).
+func insertCompressed(ctx context.Context, bn *bench, insert string, args ...any) error {
+	return pgx.BeginFunc(ctx, bn.raw, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('timescaledb.enable_direct_compress_insert', 'on', true)`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, insert, args...)
+		return err
+	})
+}
+
 // feedSQL is the feed in SQL: series s, point i, a random walk of hundredths from 20.00 (steps
 // from a hash of s and i, so every run writes the same feed).
 const feedSQL = `
@@ -316,17 +322,9 @@ const feedSQL = `
 func (sb *seriesBench) read(ctx context.Context, rp *report) error {
 	bn := sb.bn
 	log.Printf("GET series, %d points ...", seriesReadPoints)
-	// Stored as ingestion stores a feed on TimescaleDB: straight into compressed batches (a
-	// setting without effect elsewhere).
-	if err := pgx.BeginFunc(ctx, bn.raw, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('timescaledb.enable_direct_compress_insert', 'on', true)`); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO series.points (series_id, at, n1, s1)
-			SELECT $3, $4::timestamptz + f.i * interval '1 second', f.v, 2 FROM (`+feedSQL+`) f`,
-			1, seriesReadPoints, sb.series[0], sb.start)
-		return err
-	}); err != nil {
+	if err := insertCompressed(ctx, bn, `INSERT INTO series.points (series_id, at, n1, s1)
+		SELECT $3, $4::timestamptz + f.i * interval '1 second', f.v, 2 FROM (`+feedSQL+`) f`,
+		1, seriesReadPoints, sb.series[0], sb.start); err != nil {
 		return err
 	}
 	path := bn.base + "/" + sb.user + "/events/" + sb.holders[0] + "/series"
