@@ -194,7 +194,11 @@ func (c *cpuCost) String() string {
 		return "not measured"
 	}
 	s, b := median(c.self[1:]), median(c.backends[1:])
-	return fmt.Sprintf("%.0f µs (%.0f in the bench process, %.0f in PostgreSQL's backends)", s+b, s, b)
+	f := "%.0f"
+	if s+b < 10 {
+		f = "%.1f" // a series point costs a few µs: whole µs would hide what changes
+	}
+	return fmt.Sprintf(f+" µs ("+f+" in the bench process, "+f+" in PostgreSQL's backends)", s+b, s, b)
 }
 
 // ---------------------------------------------------------------------------------------------

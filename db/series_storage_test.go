@@ -279,6 +279,41 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 	require.NoError(t, err)
 	check()
 
+	// Typed batches: two series, the one made later first (rows reach the compressor series by
+	// series, not in series order), one body rewriting stored points; then two bodies of one
+	// series sharing times, whose second body's points win.
+	batchOf := func(ids []string, parts ...db.SeriesAppendColumnsParams) db.SeriesAppendColumnsParams {
+		p := db.SeriesAppendColumnsParams{AccessID: user.AccessID, Batch: true, EventIds: ids}
+		for n, part := range parts {
+			p.Fields = append(p.Fields, "deltaTime", "value")
+			p.FieldCounts = append(p.FieldCounts, 2)
+			p.Scales = append(p.Scales, 0, 2)
+			for range part.Time {
+				p.Body = append(p.Body, int32(n+1))
+			}
+			p.Time, p.V1 = append(p.Time, part.Time...), append(p.V1, part.V1...)
+		}
+		return p
+	}
+	id2 := holder(time.Now().Add(-3 * 24 * time.Hour).Truncate(24 * time.Hour))
+	_, err = q.SeriesAppendColumns(ctx, batchOf([]string{id2, id}, columns(4000, 4300, 7000), columns(3500, 3800, 8000)))
+	require.NoError(t, err)
+	expect(3500, 3800, 8000)
+	check()
+	out, err := q.SeriesGet(ctx, db.SeriesGetParams{AccessID: user.AccessID, EventID: id2, Relative: true, TimeField: "deltaTime"})
+	require.NoError(t, err)
+	var other struct{ Points [][]float64 }
+	require.NoError(t, json.Unmarshal(out, &other))
+	require.Len(t, other.Points, 300)
+	for i, p := range other.Points {
+		require.Equal(t, []float64{float64(4000 + i), float64(7000+4000+i) / 100}, p)
+	}
+	_, err = q.SeriesAppendColumns(ctx, batchOf([]string{id, id}, columns(5000, 5400, 100), columns(5200, 5600, 300)))
+	require.NoError(t, err)
+	expect(5000, 5200, 100)
+	expect(5200, 5600, 300)
+	check()
+
 	// Two writers of the same times: the second waits for the first and replaces its points.
 	tx1, err := pool.Begin(ctx)
 	require.NoError(t, err)

@@ -105,7 +105,8 @@ func (q *Queries) SeriesAppendColumns(ctx context.Context, arg SeriesAppendColum
 const seriesAppendRequests = `-- name: SeriesAppendRequests :many
 
 SELECT r.request::integer AS request, r.answer::jsonb AS answer, coalesce(r.sqlstate, '')::text AS sqlstate,
-       coalesce(r.reason, '')::text AS reason, r.replayed::boolean AS replayed
+       coalesce(r.reason, '')::text AS reason, coalesce(r.detail, '')::text AS detail, coalesce(r.hint, '')::text AS hint,
+       r.replayed::boolean AS replayed
 FROM api.series_append_requests($1::jsonb) r
 `
 
@@ -114,12 +115,14 @@ type SeriesAppendRequestsRow struct {
 	Answer   json.RawMessage `json:"answer"`
 	SQLState string          `json:"sqlstate"`
 	Reason   string          `json:"reason"`
+	Detail   string          `json:"detail"`
+	Hint     string          `json:"hint"`
 	Replayed bool            `json:"replayed"`
 }
 
 // High-frequency series, writes (sql/series/): each query one call of an api.series_* function.
 // The series write route: the requests joined into one call, one row per request.
-// sqlstate and reason are empty for a request that was applied.
+// sqlstate, reason, detail and hint are empty for a request that was applied.
 func (q *Queries) SeriesAppendRequests(ctx context.Context, requests json.RawMessage) ([]SeriesAppendRequestsRow, error) {
 	rows, err := q.db.Query(ctx, seriesAppendRequests, requests)
 	if err != nil {
@@ -134,6 +137,8 @@ func (q *Queries) SeriesAppendRequests(ctx context.Context, requests json.RawMes
 			&i.Answer,
 			&i.SQLState,
 			&i.Reason,
+			&i.Detail,
+			&i.Hint,
 			&i.Replayed,
 		); err != nil {
 			return nil, err

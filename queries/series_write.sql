@@ -2,9 +2,10 @@
 
 -- name: SeriesAppendRequests :many
 -- The series write route: the requests joined into one call, one row per request.
--- sqlstate and reason are empty for a request that was applied.
+-- sqlstate, reason, detail and hint are empty for a request that was applied.
 SELECT r.request::integer AS request, r.answer::jsonb AS answer, coalesce(r.sqlstate, '')::text AS sqlstate,
-       coalesce(r.reason, '')::text AS reason, r.replayed::boolean AS replayed
+       coalesce(r.reason, '')::text AS reason, coalesce(r.detail, '')::text AS detail, coalesce(r.hint, '')::text AS hint,
+       r.replayed::boolean AS replayed
 FROM api.series_append_requests(sqlc.arg(requests)::jsonb) r;
 
 -- name: SeriesAppend :one

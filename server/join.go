@@ -88,8 +88,9 @@ func idempotencyKey(h map[string][]string) *string {
 }
 
 // refusal is a write request the SQL refused whole (a joined call answers it with a row rather
-// than an error, so that the other requests of the call go on), as the error it would have raised.
-func refusal(sqlstate, reason *string) error {
+// than an error, so that the other requests of the call go on), as the error it would have raised;
+// a route whose rows carry the error's detail and hint sets them on it.
+func refusal(sqlstate, reason *string) *pgconn.PgError {
 	e := &pgconn.PgError{Code: "SLINV", Message: "request refused"}
 	if sqlstate != nil {
 		e.Code = *sqlstate

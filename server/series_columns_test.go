@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -93,6 +94,32 @@ func TestSeriesColumnsMatchFlatJSON(t *testing.T) {
 			batch := `{"format": "seriesBatch", "data": [{"eventId": "` + h + `", "data": ` + c.bodies[0] + `}, {"eventId": "` + other + `", "data": {"format": "flatJSON", "fields": ["deltaTime", "value"], "points": [[` + fmt.Sprint(i) + `, 1]]}}]}`
 			s, out := post("/alice/series/batch", batch, i == 1)
 			require.Equal(t, http.StatusOK, s, out)
+		}
+		// Each body again as the second of a seriesBatch whose first body has its type (typed, the
+		// second then takes the checks of the first's fields as its own), and the second body's
+		// event unknown: the same answers either way, with data[1] named in a refusal of its body.
+		typed2, flat2 := holder(c.typ), holder(c.typ)
+		for _, second := range append(slices.Clone(c.bodies), "unknown") {
+			var status [2]int
+			var out [2]string
+			for i, hs := range [][2]string{{typed, typed2}, {flat, flat2}} {
+				id, body := hs[1], second
+				if second == "unknown" {
+					id, body = "nope", c.bodies[0]
+				}
+				batch := `{"format": "seriesBatch", "data": [{"eventId": "` + hs[0] + `", "data": ` + c.bodies[0] + `}, {"eventId": "` + id + `", "data": ` + body + `}]}`
+				status[i], out[i] = post("/alice/series/batch", batch, i == 1)
+			}
+			require.Equal(t, status[1], status[0], "%s: %s / %s", second, out[0], out[1])
+			if status[0] != http.StatusOK {
+				var e1, e2 struct{ Error json.RawMessage }
+				require.NoError(t, json.Unmarshal([]byte(out[0]), &e1))
+				require.NoError(t, json.Unmarshal([]byte(out[1]), &e2))
+				require.JSONEq(t, string(e2.Error), string(e1.Error), second)
+				if second != "unknown" {
+					require.Contains(t, out[0], "data[1]", second)
+				}
+			}
 		}
 
 		for _, q := range []string{"", "?fields=timestamp", "?fromDeltaTime=1&toDeltaTime=12"} {

@@ -43,7 +43,9 @@ func (s *server) seriesSubmit(ctx context.Context, access, event string, body []
 		err = fmt.Errorf("a series write returned %d rows for one request", len(rows))
 	}
 	if err == nil && rows[0].SQLState != "" {
-		err = refusal(&rows[0].SQLState, &rows[0].Reason)
+		e := refusal(&rows[0].SQLState, &rows[0].Reason)
+		e.Detail, e.Hint = rows[0].Detail, rows[0].Hint
+		err = e
 	}
 	if err != nil {
 		if e, ok := ErrorFor(err); ok {

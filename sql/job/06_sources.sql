@@ -22,12 +22,16 @@
 -- transaction) are no new events: a hook's own follow-up work is its jobs, counted in generations,
 -- so a hook that writes profiles cannot feed itself without end.
 
+-- PL/pgSQL, so that its probe is planned once a connection (it runs at every write of the profile
+-- store and of series).
 CREATE FUNCTION job_private.source_on(p_source text)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT EXISTS (SELECT FROM job.config c WHERE p_source = ANY (c.sources))
+BEGIN
+    RETURN EXISTS (SELECT FROM job.config c WHERE p_source = ANY (c.sources))
            AND coalesce(current_setting('silo.job_hook', true), '') <> 'on';
+END
 $$;
 COMMENT ON FUNCTION job_private.source_on(text) IS
     'Whether source p_source (profile_updates, series_writes, purge_reports) makes events now: job.config.sources names it and the caller is not a hook inside a dispatch step (silo.job_hook). Raises nothing.';

@@ -33,15 +33,26 @@ DECLARE
 BEGIN
     PERFORM pg_advisory_xact_lock(series_private.lock_class(), (s.id % 2147483647)::integer)
     FROM (SELECT DISTINCT u.id FROM unnest(p_series) u(id) ORDER BY u.id) s;
-    -- A probe per series, its bounds as parameters: on a compressed chunk TimescaleDB then reads
-    -- only the batches whose time range meets them (from the batches' metadata), and on rows the
-    -- (series_id, at) index. (Bounds taken from a join would be compared with every point.)
-    FOR v_series, v_lo, v_hi IN SELECT * FROM unnest(p_series, p_lo, p_hi) ORDER BY 1 LOOP
+    -- The probe's bounds are parameters: on a compressed chunk TimescaleDB then reads only the
+    -- batches whose time range meets them (from the batches' metadata), and on rows the
+    -- (series_id, at) index. (Bounds taken only from a join would be compared with every point.)
+    IF cardinality(p_series) = 1 THEN
+        v_series := p_series[1];
+        v_lo := p_lo[1];
+        v_hi := p_hi[1];
         IF EXISTS (SELECT FROM series.points p WHERE p.series_id = v_series AND p.at BETWEEN v_lo AND v_hi) THEN
-            v_stored := v_stored || v_series;
+            v_stored := p_series;
         END IF;
-    END LOOP;
-    RETURN v_stored;
+        RETURN v_stored;
+    END IF;
+    -- Many series (a seriesBatch): one probe for all, within the bounds of all, each series' own
+    -- bounds then kept by the join.
+    SELECT min(l), max(h) INTO v_lo, v_hi FROM unnest(p_lo, p_hi) u(l, h);
+    RETURN ARRAY(SELECT DISTINCT x.id
+                 FROM series.points p
+                 JOIN unnest(p_series, p_lo, p_hi) x(id, lo, hi) ON p.series_id = x.id AND p.at BETWEEN x.lo AND x.hi
+                 WHERE p.series_id = ANY (p_series) AND p.at BETWEEN v_lo AND v_hi
+                 ORDER BY 1);
 END
 $$;
 COMMENT ON FUNCTION series_private.claim(bigint[], timestamptz[], timestamptz[]) IS 'Takes the turn of the writers of series p_series (transaction advisory locks, class series_private.lock_class(), in series order; released at commit or rollback) and returns those of them with stored points between p_lo[i] and p_hi[i] (inclusive), ascending: the series whose stored points at the call''s times must go first (series_private.clear). Raises nothing.';

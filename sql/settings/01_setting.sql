@@ -7,11 +7,15 @@
 CREATE SCHEMA settings_private;
 COMMENT ON SCHEMA settings_private IS 'Internals of settings (sql/settings/): not a public contract. Rebuilt with schema api.';
 
+-- PL/pgSQL, so that its lookup is planned once a connection: a SQL function with a subquery is not
+-- inlined, and PostgreSQL plans its body again at every call (about 60 µs, against a few here).
 CREATE FUNCTION settings_private.setting(p_key text, p_default text)
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT coalesce((SELECT s.value FROM silo.settings s WHERE s.key = p_key), p_default);
+BEGIN
+    RETURN coalesce((SELECT s.value FROM silo.settings s WHERE s.key = p_key), p_default);
+END
 $$;
 COMMENT ON FUNCTION settings_private.setting(text, text) IS
     'The value (text) of silo.settings key p_key, or p_default when there is no such row. Raises nothing.';
