@@ -314,6 +314,28 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 	expect(5200, 5600, 300)
 	check()
 
+	// Rewrites and range deletes decompress what they must, beyond TimescaleDB's limit of points
+	// decompressed a transaction (lowered here for the test).
+	small, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer small.Release()
+	_, err = small.Exec(ctx, `SET timescaledb.max_tuples_decompressed_per_dml_transaction = 10`)
+	require.NoError(t, err)
+	_, err = db.New(small).SeriesAppendColumns(ctx, columns(6000, 6600, 100))
+	require.NoError(t, err)
+	_, err = db.New(small).SeriesAppendColumns(ctx, columns(6000, 6600, 200))
+	require.NoError(t, err)
+	expect(6000, 6600, 200)
+	check()
+	_, err = db.New(small).SeriesDelete(ctx, db.SeriesDeleteParams{AccessID: user.AccessID, EventID: id, FromTime: ptr(6100.0), ToTime: ptr(6500.0), Relative: true})
+	require.NoError(t, err)
+	for i := int64(6100); i < 6500; i++ {
+		delete(want, i)
+	}
+	check()
+	_, err = small.Exec(ctx, `RESET timescaledb.max_tuples_decompressed_per_dml_transaction`)
+	require.NoError(t, err)
+
 	// Two writers of the same times: the second waits for the first and replaces its points.
 	tx1, err := pool.Begin(ctx)
 	require.NoError(t, err)

@@ -59,6 +59,8 @@ COMMENT ON FUNCTION api.series_metadata_flush(integer) IS 'The metadata updater:
 CREATE FUNCTION api.series_cleanup(p_limit integer DEFAULT 100)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
+-- Deleting compressed points decompresses their batches, however many (see series_private.clear).
+SET timescaledb.max_tuples_decompressed_per_dml_transaction = 0
 AS $$
 DECLARE
     v_ids bigint[];
@@ -87,6 +89,8 @@ COMMENT ON FUNCTION api.series_cleanup(integer) IS 'Removes the points, pending 
 CREATE FUNCTION api.series_trim(p_retention interval DEFAULT NULL, p_now timestamptz DEFAULT now(),
                                 OUT dropped_chunks integer, OUT deleted_points bigint)
 LANGUAGE plpgsql VOLATILE
+-- Deleting compressed points decompresses their batches, however many (see series_private.clear).
+SET timescaledb.max_tuples_decompressed_per_dml_transaction = 0
 AS $$
 DECLARE
     v_keep    interval := p_retention;

@@ -43,6 +43,9 @@ DECLARE
     v_pnames text[];
     v_fidx   integer[];
     v_same   boolean;
+    v_grouped   boolean := false;
+    v_ascending boolean := false;
+    v_at     integer;
     a1 bigint[]; a2 bigint[]; a3 bigint[]; a4 bigint[]; a5 bigint[]; a6 bigint[]; a7 bigint[]; a8 bigint[];
 BEGIN
     IF coalesce(cardinality(p_field_counts), 0) <> v_nb OR coalesce(cardinality(p_fields), 0) <> coalesce(cardinality(p_scales), 0)
@@ -57,19 +60,45 @@ BEGIN
        OR (p_v7 IS NOT NULL AND cardinality(p_v7) <> v_np) OR (p_v8 IS NOT NULL AND cardinality(p_v8) <> v_np) THEN
         RAISE EXCEPTION 'series columns: every value column has one value per point' USING ERRCODE = 'SAINV';
     END IF;
-    -- Points per body (bodies numbered from 1; p_body NULL: every point is of body 1).
+    -- Points per body (bodies numbered from 1; p_body NULL: every point is of body 1), and whether
+    -- the call is in order: each body's points together, the bodies one after the other, each
+    -- body's times ascending (what the Go shell sends for a feed; one pass over the arrays tells).
     IF p_body IS NULL THEN
         v_counts := array_fill(0, ARRAY[v_nb]);
         v_counts[1] := v_np;
         v_firsts := ARRAY[CASE WHEN v_np > 0 THEN 1 END];
+        IF array_position(p_time, NULL) IS NULL THEN
+            SELECT coalesce(bool_and(s.t1 < s.t2), true) INTO v_ascending
+            FROM (SELECT unnest(p_time[1 : v_np - 1]) AS t1, unnest(p_time[2 : v_np]) AS t2) s;
+        END IF;
     ELSE
-        SELECT array_agg(coalesce(c.points, 0) ORDER BY g.i), array_agg(c.first ORDER BY g.i) INTO v_counts, v_firsts
-        FROM generate_series(1, v_nb) g(i)
-        LEFT JOIN (SELECT t.bn, count(*)::integer AS points, min(t.ord)::integer AS first
-                   FROM unnest(p_body) WITH ORDINALITY t(bn, ord) GROUP BY t.bn) c ON c.bn = g.i;
-    END IF;
-    IF v_np > 0 AND EXISTS (SELECT FROM unnest(coalesce(p_body, '{1}')) t(bn) WHERE t.bn IS NULL OR t.bn < 1 OR t.bn > v_nb) THEN
-        RAISE EXCEPTION 'series columns: a body number is between 1 and %', v_nb USING ERRCODE = 'SAINV';
+        IF v_np > 0 AND array_position(p_body, NULL) IS NULL AND array_position(p_time, NULL) IS NULL
+           AND p_body[1] >= 1 AND p_body[v_np] <= v_nb THEN
+            SELECT coalesce(bool_and(s.b1 <= s.b2), true), coalesce(bool_and(s.b1 < s.b2 OR s.t1 < s.t2), true) INTO v_grouped, v_ascending
+            FROM (SELECT unnest(p_body[1 : v_np - 1]) AS b1, unnest(p_body[2 : v_np]) AS b2,
+                         unnest(p_time[1 : v_np - 1]) AS t1, unnest(p_time[2 : v_np]) AS t2) s;
+        END IF;
+        IF v_grouped THEN
+            -- Where each body starts (array_position from where the body before started); a body
+            -- without points ends the search, and is refused below.
+            v_firsts := '{}';
+            v_at := 1;
+            FOR v_i IN 1 .. v_nb LOOP
+                v_at := array_position(p_body, v_i, v_at);
+                EXIT WHEN v_at IS NULL;
+                v_firsts := v_firsts || v_at;
+            END LOOP;
+            v_counts := ARRAY(SELECT coalesce(v_firsts[i + 1], v_np + 1) - v_firsts[i] FROM generate_series(1, cardinality(v_firsts)) i)
+                        || array_fill(0, ARRAY[v_nb - cardinality(v_firsts)]);
+        ELSE
+            SELECT array_agg(coalesce(c.points, 0) ORDER BY g.i), array_agg(c.first ORDER BY g.i) INTO v_counts, v_firsts
+            FROM generate_series(1, v_nb) g(i)
+            LEFT JOIN (SELECT t.bn, count(*)::integer AS points, min(t.ord)::integer AS first
+                       FROM unnest(p_body) WITH ORDINALITY t(bn, ord) GROUP BY t.bn) c ON c.bn = g.i;
+            IF v_np > 0 AND EXISTS (SELECT FROM unnest(p_body) t(bn) WHERE t.bn IS NULL OR t.bn < 1 OR t.bn > v_nb) THEN
+                RAISE EXCEPTION 'series columns: a body number is between 1 and %', v_nb USING ERRCODE = 'SAINV';
+            END IF;
+        END IF;
     END IF;
     FOR v_i IN 1 .. v_nb LOOP
         v_where := CASE WHEN p_batch THEN format('data[%s]: ', v_i - 1) ELSE '' END;
@@ -168,7 +197,7 @@ BEGIN
         FROM unnest(p_body, p_v1, p_v2, p_v3, p_v4, p_v5, p_v6, p_v7, p_v8) WITH ORDINALITY AS t(bn, v1, v2, v3, v4, v5, v6, v7, v8, ord)
         JOIN unnest(v_bodies) b ON b.n = t.bn;
     END IF;
-    PERFORM series_private.write_columns(v_bodies, p_body, p_time, a1, a2, a3, a4, a5, a6, a7, a8);
+    PERFORM series_private.write_columns(v_bodies, p_body, p_time, coalesce(v_ascending, false), a1, a2, a3, a4, a5, a6, a7, a8);
     PERFORM series_private.notify(v_by.user_id, p_event_ids);
     RETURN '{"status": "ok"}';
 END

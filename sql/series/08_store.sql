@@ -60,6 +60,9 @@ COMMENT ON FUNCTION series_private.claim(bigint[], timestamptz[], timestamptz[])
 CREATE FUNCTION series_private.clear(p_series bigint, p_lo timestamptz, p_hi timestamptz, p_times timestamptz[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
+-- A rewrite decompresses the batches it meets, however many (TimescaleDB's default stops a
+-- transaction at 100,000 points decompressed, which a large rewrite passes).
+SET timescaledb.max_tuples_decompressed_per_dml_transaction = 0
 AS $$
 BEGIN
     -- The range as parameters lets TimescaleDB decompress only the batches that meet it.
