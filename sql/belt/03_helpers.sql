@@ -15,7 +15,11 @@
 -- around a STABLE builder is not inlined, and each call then costs a function call's setup, about
 -- a hundred times the expression); api.belt_retry raises. api.set_value tests its optional
 -- arguments first: inlined with them left out, the test is folded away when the statement is
--- planned and only the {"_v": ...} object is built.
+-- planned and only the {"_v": ...} object is built. They build with jsonb_object (text arrays) and
+-- jsonb_set where they can, not jsonb_build_object: that one looks up the type of each of its
+-- arguments, keys included, at every call, and was most of a callback's cost (a three-update
+-- callback: about 11 µs an event with it, 9 without; three equivalent updates written by hand
+-- with only the keys the store needs, about 6).
 
 CREATE FUNCTION api.update(p_id text, p_path text[], p_operation text DEFAULT '_set', p_profile_type text DEFAULT '_d')
 RETURNS jsonb

@@ -162,9 +162,9 @@ BEGIN
     -- array of composites is read element by element from its start: subscripting it per row
     -- would cost the square of the step's size). The callbacks' results are not in the outcomes
     -- but beside them (v_res, in the same order): each statement that reads the outcomes copies
-    -- them (unnest of a composite array), and only the one that hands the updates to the store
-    -- needs the results; with them in the outcomes those copies were a tenth of a step. The
-    -- blocking item's outcome is joined by its number (a hash join, not a lateral scan of the
+    -- them (unnest of a composite array: every field, the results too when they were in it),
+    -- and only the one that hands the updates to the store needs the results. The blocking
+    -- item's outcome is joined by its number (a hash join, not a lateral scan of the
     -- outcomes per lane).
     SELECT array_agg(ROW(l.lane, l.n_block, b.status, b.error, b.sqlstate, coalesce(b.long_running, false),
                          l.n_first, l.prev, l.attempts,
