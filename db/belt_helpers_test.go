@@ -47,6 +47,18 @@ func TestBeltHelpersBuildGranaryUpdates(t *testing.T) {
 		{`api.set_value(api.update('c1', '{a}'), 'x', p_in => extract(epoch FROM timestamptz '2024-01-02 03:04:05.678+00')) -> '_value' -> '_in'`, `1704164645678`},
 		// A second set_value replaces the value.
 		{`api.set_value(api.set_value(api.update('c1', '{a}'), 'x', 0.2), 'y') -> '_value'`, `{"_v": "y"}`},
+		// Edges the builders keep: NULL id and path, an empty path, a NULL segment, characters
+		// that JSON escapes, a NULL value, and an update that is not an object (|| semantics).
+		{`api.update(NULL, NULL)`,
+			`{"_schema": null, "_operation": "_set", "_id": null, "_path": null, "_profile_type": "_d"}`},
+		{`api.update('a"b\', '{}', '_inc', 'pt')`,
+			`{"_schema": null, "_operation": "_inc", "_id": "a\"b\\", "_path": [], "_profile_type": "pt"}`},
+		{`api.update('', '{"a b",NULL}') -> '_path'`, `["a b", null]`},
+		{`api.set_value(api.update('c1', '{a}'), 'é"' || chr(10)) -> '_value'`, `{"_v": "é\"\n"}`},
+		{`api.set_value(api.update('c1', '{a}'), NULL::text) -> '_value'`, `{"_v": null}`},
+		{`api.set_value(api.update('c1', '{a}'), NULL::jsonb) -> '_value'`, `{"_v": null}`},
+		{`api.set_value('[1]', 'x')`, `[1, {"_value": {"_v": "x"}}]`},
+		{`coalesce(api.set_value(NULL, 'x'), '"none"')`, `"none"`},
 		{`api.set_type(api.update('c1', '{a}'), 'TestProfileType') -> '_profile_type'`, `"TestProfileType"`},
 		{`api.set_operation(api.update('c1', '{a}'), '_set_with_history') -> '_operation'`, `"_set_with_history"`},
 		{`api.set_schema(api.update('c1', '{a}'), 'iglu:x/y/1-0-0') -> '_schema'`, `"iglu:x/y/1-0-0"`},

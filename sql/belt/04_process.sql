@@ -62,7 +62,6 @@ CREATE TYPE belt_private.outcome AS (
     lane         smallint,
     delivery_id  bigint,
     status       text,
-    updates      jsonb,
     skipped      integer,
     error        text,
     traceback    text,
@@ -71,7 +70,7 @@ CREATE TYPE belt_private.outcome AS (
     long_running boolean
 );
 COMMENT ON TYPE belt_private.outcome IS
-    'What a callback made of one item: n, lane and delivery_id (the item''s), status (ok, retry, timeout, transient, error, missing: no event to process, waiting: not run, behind a retry of its lane; the step then settles retry, timeout and transient into blocked, or exhausted when the retries ran out, and what follows a blocked item into waiting), updates (for ok: a JSON array of the callback''s results, of which the step applies the objects), skipped (results the Python runtime skipped), error, traceback (Python''s, or the SQL context), sqlstate (of a SQL error), ms (the call''s time), long_running (longer than CALLBACK_LONGRUNNING_SEC).';
+    'What a callback made of one item (its results, a JSON array, are in a jsonb[] beside the outcomes, in the same order): n, lane and delivery_id (the item''s), status (ok, retry, timeout, transient, error, missing: no event to process, waiting: not run, behind a retry of its lane; the step then settles retry, timeout and transient into blocked, or exhausted when the retries ran out, and what follows a blocked item into waiting), skipped (results the Python runtime skipped), error, traceback (Python''s, or the SQL context), sqlstate (of a SQL error), ms (the call''s time), long_running (longer than CALLBACK_LONGRUNNING_SEC).';
 
 -- The lanes' order is their oldest delivery's, so a backlog drains oldest first. One probe of a
 -- lane's deliveries finds both whether it has any and its oldest. PL/pgSQL, as the other per-step
@@ -176,15 +175,14 @@ COMMENT ON FUNCTION belt_private.callback_call(belt.belts) IS
 -- Each call is timed by the clock read before and after it in the same row (a target list is
 -- computed in its order); the outcomes are aggregated in the order unnest() gives the items, which
 -- is item order: no window and no sort over the results.
-CREATE FUNCTION belt_private.run_sql(p_belt belt.belts, p_items belt_private.item[])
-RETURNS belt_private.outcome[]
+CREATE FUNCTION belt_private.run_sql(p_belt belt.belts, p_items belt_private.item[],
+                                     OUT o_out belt_private.outcome[], OUT o_res jsonb[])
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_fn      text := belt_private.callback_call(p_belt);
     v_args    text := CASE WHEN p_belt.fetch_profile = 'TRUE' THEN 'i.headers, i.payload, i.profile' ELSE 'i.headers, i.payload' END;
     v_long    double precision := p_belt.callback_longrunning_sec * 1000;
-    v_out     belt_private.outcome[];
     v_it      belt_private.item;
     v_blocked smallint[] := '{}';
     v_u       jsonb;
@@ -198,55 +196,57 @@ BEGIN
     BEGIN
         EXECUTE format($q$
             SELECT array_agg(ROW(c.n, c.lane, c.delivery_id, CASE WHEN c.missing THEN 'missing' ELSE 'ok' END,
-                                 CASE jsonb_typeof(c.res) WHEN 'object' THEN jsonb_build_array(c.res) WHEN 'array' THEN c.res ELSE '[]' END,
-                                 0, NULL, NULL, NULL, c.ms, c.ms > $2)::belt_private.outcome)
+                                 0, NULL, NULL, NULL, c.ms, c.ms > $2)::belt_private.outcome),
+                   array_agg(CASE jsonb_typeof(c.res) WHEN 'object' THEN jsonb_build_array(c.res) WHEN 'array' THEN c.res ELSE '[]' END)
             FROM (SELECT c.n, c.lane, c.delivery_id, c.missing, c.res, extract(epoch FROM c.t1 - c.t0) * 1000 AS ms
                   FROM (SELECT i.n, i.lane, i.delivery_id, i.headers IS NULL AS missing, clock_timestamp() AS t0,
                                CASE WHEN i.headers IS NOT NULL THEN %s(%s) END AS res,
                                clock_timestamp() AS t1
                         FROM unnest($1) AS i
                         OFFSET 0) c) c
-        $q$, v_fn, v_args) INTO v_out USING p_items, v_long;
-        RETURN v_out;
+        $q$, v_fn, v_args) INTO o_out, o_res USING p_items, v_long;
+        RETURN;
     EXCEPTION WHEN OTHERS THEN
-        v_out := '{}';
+        o_out := '{}';
+        o_res := '{}';
     END;
     -- Event by event: the first retry (or transient error) of a lane stops its later events.
     v_args := replace(replace(replace(v_args, 'i.headers', '$1'), 'i.payload', '$2'), 'i.profile', '$3');
     FOREACH v_it IN ARRAY p_items LOOP
         IF v_it.headers IS NULL THEN
-            v_out := v_out || ROW(v_it.n, v_it.lane, v_it.delivery_id, 'missing', '[]', 0, NULL, NULL, NULL, 0, false)::belt_private.outcome;
+            o_out := o_out || ROW(v_it.n, v_it.lane, v_it.delivery_id, 'missing', 0, NULL, NULL, NULL, 0, false)::belt_private.outcome;
+            o_res := o_res || '[]'::jsonb;
             CONTINUE;
         ELSIF v_it.lane = ANY (v_blocked) THEN
-            v_out := v_out || ROW(v_it.n, v_it.lane, v_it.delivery_id, 'waiting', '[]', 0, NULL, NULL, NULL, 0, false)::belt_private.outcome;
+            o_out := o_out || ROW(v_it.n, v_it.lane, v_it.delivery_id, 'waiting', 0, NULL, NULL, NULL, 0, false)::belt_private.outcome;
+            o_res := o_res || '[]'::jsonb;
             CONTINUE;
         END IF;
         v_t := clock_timestamp();
         BEGIN
             EXECUTE format('SELECT %s(%s)', v_fn, v_args) INTO v_u USING v_it.headers, v_it.payload, v_it.profile;
             v_ms := extract(epoch FROM clock_timestamp() - v_t) * 1000;
-            v_out := v_out || ROW(v_it.n, v_it.lane, v_it.delivery_id, 'ok',
-                                  CASE jsonb_typeof(v_u) WHEN 'object' THEN jsonb_build_array(v_u) WHEN 'array' THEN v_u ELSE '[]' END,
-                                  0, NULL, NULL, NULL, v_ms, v_ms > v_long)::belt_private.outcome;
+            o_out := o_out || ROW(v_it.n, v_it.lane, v_it.delivery_id, 'ok', 0, NULL, NULL, NULL, v_ms, v_ms > v_long)::belt_private.outcome;
+            o_res := o_res || CASE jsonb_typeof(v_u) WHEN 'object' THEN jsonb_build_array(v_u) WHEN 'array' THEN v_u ELSE '[]' END;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
                                     v_detail = PG_EXCEPTION_DETAIL, v_ctx = PG_EXCEPTION_CONTEXT;
             v_ms := extract(epoch FROM clock_timestamp() - v_t) * 1000;
-            v_out := v_out || ROW(v_it.n, v_it.lane, v_it.delivery_id,
+            o_res := o_res || '[]'::jsonb;
+            o_out := o_out || ROW(v_it.n, v_it.lane, v_it.delivery_id,
                                   CASE WHEN v_state = 'SBRTY' THEN 'retry'
                                        WHEN api.error_class(v_state) = 'transient' THEN 'transient' ELSE 'error' END,
-                                  '[]', 0, v_msg || coalesce(nullif(': ' || v_detail, ': '), ''), v_ctx, v_state,
+                                  0, v_msg || coalesce(nullif(': ' || v_detail, ': '), ''), v_ctx, v_state,
                                   v_ms, v_ms > v_long)::belt_private.outcome;
             IF v_state = 'SBRTY' OR api.error_class(v_state) = 'transient' THEN
                 v_blocked := v_blocked || v_it.lane;
             END IF;
         END;
     END LOOP;
-    RETURN v_out;
 END
 $$;
 COMMENT ON FUNCTION belt_private.run_sql(belt.belts, belt_private.item[]) IS
-    'Runs SQL belt p_belt''s callback over items p_items and returns their outcomes, in item order: first in one statement over all of them; when that raises, item by item, each in a subtransaction: SBRTY (api.belt_retry) is a retry, a transient error (api.error_class) transient, any other an error with its message, detail, SQLSTATE and context; after a lane''s first retry or transient error its later items get no outcome (they wait). Items without an event are missing. A cancel (statement_timeout) is not caught. Raises undefined_function 42883 when the callback no longer exists (the caller checks first).';
+    'Runs SQL belt p_belt''s callback over items p_items and returns o_out, their outcomes, in item order, and o_res, beside them, each one''s results as a JSON array (an object returned is an array of one, NULL and any other value []; [] for an item without results): first in one statement over all of them; when that raises, item by item, each in a subtransaction: SBRTY (api.belt_retry) is a retry, a transient error (api.error_class) transient, any other an error with its message, detail, SQLSTATE and context; after a lane''s first retry or transient error its later items get no outcome (they wait). Items without an event are missing. A cancel (statement_timeout) is not caught. Raises undefined_function 42883 when the callback no longer exists (the caller checks first).';
 
 CREATE FUNCTION belt_private.python_settings(p_belt belt.belts)
 RETURNS jsonb
@@ -265,7 +265,8 @@ COMMENT ON FUNCTION belt_private.python_settings(belt.belts) IS
     'The settings belt_private.python_run takes for Python belt p_belt: fetchProfile, profileType, callbackTimeoutSec, callbackLongrunningSec and env (every extraEnv name with its value, set in os.environ as Granary''s container had them). Raises nothing.';
 
 -- The Python runtime is called by name: it exists only with plpython3u (sql/belt/07_python_4_install.sql).
-CREATE FUNCTION belt_private.run_python(p_belt belt.belts, p_items belt_private.item[], OUT o_out belt_private.outcome[], OUT o_problem text)
+CREATE FUNCTION belt_private.run_python(p_belt belt.belts, p_items belt_private.item[],
+                                        OUT o_out belt_private.outcome[], OUT o_res jsonb[], OUT o_problem text)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -285,19 +286,20 @@ BEGIN
         o_problem := substr(v_res -> 0 ->> 'error', 18);
         RETURN;
     END IF;
-    SELECT array_agg(x.o ORDER BY (x.o).n) INTO o_out
+    SELECT array_agg(x.o ORDER BY (x.o).n), array_agg(x.res ORDER BY (x.o).n) INTO o_out, o_res
     FROM (SELECT ROW(i.n, i.lane, i.delivery_id,
                      CASE WHEN i.headers IS NULL THEN 'missing'
                           WHEN r.r ? 'updates' THEN 'ok' WHEN r.r ? 'retry' THEN 'retry'
                           WHEN r.r ? 'timeout' THEN 'timeout' ELSE 'error' END,
-                     coalesce(r.r -> 'updates', '[]'), coalesce((r.r ->> 'skipped')::integer, 0),
+                     coalesce((r.r ->> 'skipped')::integer, 0),
                      coalesce(r.r ->> 'retry', r.r ->> 'timeout', r.r ->> 'error'), r.r ->> 'traceback',
                      CASE WHEN r.r ? 'timeout' THEN '57014' WHEN r.r ? 'retry' THEN 'SBRTY' END,
                      coalesce((r.r ->> 'ms')::double precision, 0), coalesce((r.r ->> 'longRunning')::boolean, false)
-                 )::belt_private.outcome AS o
+                 )::belt_private.outcome AS o,
+                 coalesce(r.r -> 'updates', '[]') AS res
           FROM (SELECT i.*, count(*) FILTER (WHERE i.headers IS NOT NULL) OVER (ORDER BY i.n) AS k FROM unnest(p_items) i) i
           LEFT JOIN LATERAL (SELECT v_res -> (i.k - 1)::integer AS r) r ON i.headers IS NOT NULL) x;
 END
 $$;
 COMMENT ON FUNCTION belt_private.run_python(belt.belts, belt_private.item[]) IS
-    'Runs Python belt p_belt''s callback over items p_items through belt_private.python_run and returns o_out, their outcomes in item order (updates: ok; RetryException: retry, SQLSTATE SBRTY; CALLBACK_TIMEOUT_SEC exceeded: timeout, 57014; another exception: error with its traceback; no event: missing), or o_problem when the callback cannot run at all (no Python runtime, a source that does not load or validate), o_out NULL then. Raises what the runtime raises.';
+    'Runs Python belt p_belt''s callback over items p_items through belt_private.python_run and returns o_out, their outcomes in item order, and o_res beside them, each one''s updates as a JSON array ([] when none) (updates: ok; RetryException: retry, SQLSTATE SBRTY; CALLBACK_TIMEOUT_SEC exceeded: timeout, 57014; another exception: error with its traceback; no event: missing), or o_problem when the callback cannot run at all (no Python runtime, a source that does not load or validate), o_out and o_res NULL then. Raises what the runtime raises.';

@@ -80,6 +80,7 @@ DECLARE
     v_lanes     smallint[];
     v_items     belt_private.item[];
     v_out       belt_private.outcome[];
+    v_res       jsonb[];
     v_problem   text;
     v_updates   jsonb[];
     v_lres      belt_private.lane_result[];
@@ -142,10 +143,10 @@ BEGIN
         IF belt_private.callback_call(v_belt) IS NULL THEN
             v_problem := format('function %s does not exist', v_belt.sql_callback);
         ELSE
-            v_out := belt_private.run_sql(v_belt, v_items);
+            SELECT r.o_out, r.o_res INTO v_out, v_res FROM belt_private.run_sql(v_belt, v_items) r;
         END IF;
     ELSE
-        SELECT r.o_out, r.o_problem INTO v_out, v_problem FROM belt_private.run_python(v_belt, v_items) r;
+        SELECT r.o_out, r.o_res, r.o_problem INTO v_out, v_res, v_problem FROM belt_private.run_python(v_belt, v_items) r;
     END IF;
     callback_ms := extract(epoch FROM clock_timestamp() - v_t0) * 1000;
     IF v_problem IS NOT NULL THEN
@@ -159,7 +160,12 @@ BEGIN
     -- Each lane: the first item that blocks it (retry, timeout, transient) and its retry count.
     -- Outcomes carry their item's lane and delivery: the statements below read v_out alone (an
     -- array of composites is read element by element from its start: subscripting it per row
-    -- would cost the square of the step's size).
+    -- would cost the square of the step's size). The callbacks' results are not in the outcomes
+    -- but beside them (v_res, in the same order): each statement that reads the outcomes copies
+    -- them (unnest of a composite array: every field, the results too when they were in it),
+    -- and only the one that hands the updates to the store needs the results. The blocking
+    -- item's outcome is joined by its number (a hash join, not a lateral scan of the
+    -- outcomes per lane).
     SELECT array_agg(ROW(l.lane, l.n_block, b.status, b.error, b.sqlstate, coalesce(b.long_running, false),
                          l.n_first, l.prev, l.attempts,
                          b.status IN ('retry', 'timeout') AND v_belt.retry_max_retries >= 0
@@ -172,8 +178,7 @@ BEGIN
                         WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = o.lane) AS prev
                 FROM unnest(v_out) o
                 GROUP BY o.lane) g) l
-    LEFT JOIN LATERAL (SELECT o.* FROM unnest(v_out) o WHERE o.n = l.n_block AND o.status IS NOT NULL) b
-           ON l.n_block IS NOT NULL;
+    LEFT JOIN unnest(v_out) b ON b.n = l.n_block;
     -- Settled: the blocking item is blocked, or exhausted when its retries ran out (it is
     -- dead-lettered); what follows it in its lane waits (Python ran them all; SQL did not run them).
     IF EXISTS (SELECT FROM unnest(v_lres) l WHERE l.n_block IS NOT NULL) THEN
@@ -182,7 +187,7 @@ BEGIN
                        CASE WHEN l.n_block IS NULL OR o.n < l.n_block THEN o.status
                             WHEN o.n = l.n_block THEN CASE WHEN l.exhausted THEN 'exhausted' ELSE 'blocked' END
                             ELSE 'waiting' END,
-                       o.updates, o.skipped, o.error, o.traceback, o.sqlstate, o.ms,
+                       o.skipped, o.error, o.traceback, o.sqlstate, o.ms,
                        o.long_running AND (l.n_block IS NULL OR o.n <= l.n_block))::belt_private.outcome
             FROM unnest(v_out) o
             JOIN unnest(v_lres) l ON l.lane = o.lane
@@ -196,8 +201,9 @@ BEGIN
     -- path).
     v_updates := ARRAY(
         SELECT u.m
-        FROM unnest(v_out) o
-        CROSS JOIN LATERAL jsonb_array_elements(o.updates) AS u(m)
+        FROM ROWS FROM (unnest(v_out), unnest(v_res))
+             AS o(n, lane, delivery_id, status, skipped, error, traceback, sqlstate, ms, long_running, res)
+        CROSS JOIN LATERAL jsonb_array_elements(o.res) AS u(m)
         WHERE o.status = 'ok' AND jsonb_typeof(u.m) = 'object');
     v_t0 := clock_timestamp();
     IF cardinality(v_updates) > 0 THEN
