@@ -238,7 +238,7 @@ func rebuildAPI(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error
 
 // Open connects a pool to the database at url and checks it answers. Each of configure, in
 // order, adjusts the pool's configuration parsed from url (size, connection names) before the
-// pool is made.
+// pool is made; each connection then gets Silo's codecs (registerCodecs).
 func Open(ctx context.Context, url string, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -247,6 +247,7 @@ func Open(ctx context.Context, url string, configure ...func(*pgxpool.Config)) (
 	for _, c := range configure {
 		c(cfg)
 	}
+	cfg.AfterConnect = afterConnect(cfg.AfterConnect)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("error opening database pool: %w", err)
