@@ -172,6 +172,10 @@ DECLARE
     v_to       timestamptz[];
     v_i        integer;
     v_direct   boolean;
+    v_one      boolean;
+    v_base     bigint;
+    v_scale    smallint;
+    v_div      bigint;
     -- Per body, in body order: its series, what its times count from, and per position the stored
     -- scale (c) and the divisor of an integer field (d).
     v_sids     bigint[];
@@ -237,9 +241,20 @@ BEGIN
                   WHERE b.series_id = v_series[v_i]));
     END LOOP;
     v_direct := series_private.compress_on_write(v_n, cardinality(v_series));
-    IF v_sorted AND p_a2 IS NULL AND p_a3 IS NULL AND p_a4 IS NULL AND p_a5 IS NULL AND p_a6 IS NULL AND p_a7 IS NULL AND p_a8 IS NULL THEN
-        -- The same for bodies of one value column (the usual type: mass/kg, count/steps, ...),
-        -- without the expressions of the seven others, which would cost a third of the statement.
+    v_base := v_bases[1];
+    v_scale := v_c1[1];
+    v_div := v_d1[1];
+    v_one := v_sorted AND p_a2 IS NULL AND p_a3 IS NULL AND p_a4 IS NULL AND p_a5 IS NULL AND p_a6 IS NULL AND p_a7 IS NULL AND p_a8 IS NULL;
+    IF v_one AND p_body IS NULL THEN
+        -- One body of one value column (a feed of the usual type: mass/kg, count/steps, ...): its
+        -- series, time base, scale and divisor are the statement's parameters, not looked up per point.
+        INSERT INTO series.points (series_id, at, n1, s1)
+        SELECT v_sids[1], series_private.us_at(v_base + t.tu), CASE WHEN v_div IS NULL THEN t.x1 ELSE t.x1 / v_div END,
+               CASE WHEN t.x1 IS NOT NULL THEN v_scale END
+        FROM (SELECT unnest(p_time) AS tu, unnest(p_a1) AS x1) t;
+    ELSIF v_one THEN
+        -- Bodies of one value column, without the expressions of the seven others, which would
+        -- cost a third of the statement.
         INSERT INTO series.points (series_id, at, n1, s1)
         SELECT v_sids[t.bn], series_private.us_at(v_bases[t.bn] + t.tu),
                CASE WHEN t.x1 IS NULL OR v_d1[t.bn] IS NULL THEN t.x1 ELSE t.x1 / v_d1[t.bn] END, CASE WHEN t.x1 IS NOT NULL THEN v_c1[t.bn] END
