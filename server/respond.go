@@ -62,35 +62,59 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, http.StatusInternalServerError, "unexpected-error", "unexpected error", nil)
 }
 
+// readLimited reads a request body of at most max bytes.
+func readLimited(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, max)
+	if n := r.ContentLength; n > 0 && n <= max {
+		// Read into one buffer of the announced size (io.ReadAll would grow and copy it a dozen
+		// times for a large body); a body longer than announced still grows it.
+		buf := bytes.NewBuffer(make([]byte, 0, n+bytes.MinRead))
+		_, err := buf.ReadFrom(body)
+		return buf.Bytes(), err
+	}
+	return io.ReadAll(body)
+}
+
 // readBody reads a JSON body that must be an object or an array.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	body, err := readLimited(w, r, s.maxBody)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("request body larger than %d bytes", s.maxBody), nil)
-		} else {
-			writeError(w, http.StatusBadRequest, "invalid-request-structure", "error reading the request body", nil)
-		}
+		s.bodyReadError(w, err)
 		return nil, false
 	}
+	return body, s.checkJSONBody(w, body)
+}
+
+// bodyReadError answers a body that could not be read: too large (413) or cut off (400).
+func (s *server) bodyReadError(w http.ResponseWriter, err error) {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("request body larger than %d bytes", s.maxBody), nil)
+	} else {
+		writeError(w, http.StatusBadRequest, "invalid-request-structure", "error reading the request body", nil)
+	}
+}
+
+// checkJSONBody tells whether body is a JSON object or array PostgreSQL can take, and answers 400
+// when it is not.
+func (s *server) checkJSONBody(w http.ResponseWriter, body []byte) bool {
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if !json.Valid(body) || len(trimmed) == 0 || (trimmed[0] != '{' && trimmed[0] != '[') {
 		writeError(w, http.StatusBadRequest, "invalid-request-structure", "the body must be a JSON object or a JSON array of objects", nil)
-		return nil, false
+		return false
 	}
 	// PostgreSQL takes UTF-8 only (Go's JSON check lets other bytes through in strings), and its
 	// jsonb refuses \u0000 in strings: that is bad input, not a server error. A raw NUL byte never
 	// gets this far: JSON allows no control character unescaped.
 	if !utf8.Valid(body) {
 		writeError(w, http.StatusBadRequest, "invalid-request-structure", "the body must be UTF-8", nil)
-		return nil, false
+		return false
 	}
 	if hasNULEscape(body) {
 		writeError(w, http.StatusBadRequest, "invalid-request-structure", `JSON strings may not contain \u0000`, nil)
-		return nil, false
+		return false
 	}
-	return body, true
+	return true
 }
 
 // hasNULEscape tells whether a valid JSON text holds the escape \u0000 (U+0000), which jsonb cannot

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -103,9 +104,7 @@ func (s *server) seriesAppend(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		body = flat
-	} else if body, ok = s.readBody(w, r); !ok {
-		return
-	} else if s.seriesColumnsWrite(w, r, access, r.PathValue("id"), body) {
+	} else if body, ok = s.readSeriesBody(w, r, access, r.PathValue("id")); !ok {
 		return
 	}
 	s.seriesWrite(w, r, access, seriesRequest(access, r.PathValue("id"), "data", body))
@@ -117,23 +116,35 @@ func (s *server) seriesBatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, ok := s.readBody(w, r)
-	if !ok || s.seriesColumnsWrite(w, r, access, "", body) {
+	body, ok := s.readSeriesBody(w, r, access, "")
+	if !ok {
 		return
 	}
 	s.seriesWrite(w, r, access, seriesRequest(access, "", "batch", body))
+}
+
+// readSeriesBody reads a JSON series write (a flatJSON body for event, or a seriesBatch for event
+// "") and writes it as typed columns when it can be read so (seriesColumnsWrite). ok is true when
+// the body is left to the flatJSON way: valid JSON, in body. The typed reader checks the JSON's
+// grammar as it reads, so a body it writes is not read by json.Valid first; any other body gets
+// readBody's checks and their answers.
+func (s *server) readSeriesBody(w http.ResponseWriter, r *http.Request, access, event string) (body []byte, ok bool) {
+	body, err := readLimited(w, r, s.maxBody)
+	if err != nil {
+		s.bodyReadError(w, err)
+		return nil, false
+	}
+	if utf8.Valid(body) && !hasNULEscape(body) && s.seriesColumnsWrite(w, r, access, event, body) {
+		return nil, false
+	}
+	return body, s.checkJSONBody(w, body)
 }
 
 // readRaw reads a body that is not JSON (CSV), within the size limit, as UTF-8 without NUL.
 func (s *server) readRaw(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := readLimited(w, r, s.maxBody)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("request body larger than %d bytes", s.maxBody), nil)
-		} else {
-			writeError(w, http.StatusBadRequest, "invalid-request-structure", "error reading the request body", nil)
-		}
+		s.bodyReadError(w, err)
 		return nil, false
 	}
 	return body, true

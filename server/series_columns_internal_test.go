@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/big"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -66,6 +67,29 @@ func TestReadFlatColumns(t *testing.T) {
 	}
 }
 
+// The reader checks JSON's grammar as it reads: a body that is not JSON is never read.
+func TestSeriesColumnsRefuseInvalidJSON(t *testing.T) {
+	for _, points := range []string{`[[0, 1.]]`, `[[0, 01]]`, `[[0, -]]`, `[[0, 1.2.3]]`, `[[0, 1e]]`, `[[0, 1e+]]`,
+		`[[0, .5]]`, `[[0, nul]]`, `[[0, nulls]]`, `[[0, 1],]`, `[[0, 1,]]`, `[[0 1]]`, `[[0, 1]`, `[[0, +1]]`, `[[0, 0x1]]`} {
+		body := `{"format": "flatJSON", "fields": ["deltaTime", "value"], "points": ` + points + `}`
+		require.False(t, json.Valid([]byte(body)), body)
+		require.Nil(t, readFlatColumns([]byte(body), "e"), body)
+	}
+	for _, body := range []string{
+		"{\"format\": \"flatJSON\", \"fields\": [\"deltaTime\", \"val\tue\"], \"points\": [[0, 1]]}",
+		`{"format": "flatJSON", "x": [1,], "fields": ["deltaTime", "value"], "points": [[0, 1]]}`,
+		`{"format": "flatJSON", "x": tru, "fields": ["deltaTime", "value"], "points": [[0, 1]]}`,
+		`{"format": "flatJSON", "fields": ["deltaTime", "value"], "points": [[0, 1]]} x`,
+		`{"format": "flatJSON", "fields": ["deltaTime", "value"], "points": [[0, 1]],}`,
+	} {
+		require.False(t, json.Valid([]byte(body)), body)
+		require.Nil(t, readFlatColumns([]byte(body), "e"), body)
+	}
+	batch := `{"format": "seriesBatch", "data": [{"eventId": "a", "data": {"format": "flatJSON", "fields": ["deltaTime", "value"], "points": [[0, 1.]]}}]}`
+	require.Nil(t, readSeriesBatch([]byte(batch)))
+	require.NotNil(t, readSeriesBatch([]byte(strings.Replace(batch, "1.]", "1.0]", 1))))
+}
+
 // FuzzSeriesColumns feeds arbitrary flatJSON bodies to the typed-column reader: it either leaves
 // the body to the flatJSON way (nil) or reads every cell exactly: each time, in microseconds, is
 // the JSON number rounded half away from zero, and each value, at its column's scale, equals the
@@ -84,12 +108,12 @@ func FuzzSeriesColumns(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		if !json.Valid(body) || !utf8.Valid(body) || hasNULEscape(body) {
-			return // readBody refuses it before
-		}
 		c := readFlatColumns(body, "e")
-		if c == nil {
-			return
+		if c != nil || readSeriesBatch(body) != nil {
+			require.True(t, json.Valid(body), "the reader checks the grammar: it read %q", body)
+		}
+		if c == nil || !utf8.Valid(body) || hasNULEscape(body) {
+			return // the flatJSON way, or refused by the route
 		}
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.UseNumber()

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"unicode/utf8"
 )
@@ -84,9 +83,4 @@ func csvLine(cells []string) string {
 	_ = w.Write(cells) // a strings.Builder does not fail
 	w.Flush()
 	return b.String()
-}
-
-// readLimited reads a request body of at most max bytes.
-func readLimited(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 }
