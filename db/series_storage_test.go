@@ -314,6 +314,24 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 	expect(5200, 5600, 300)
 	check()
 
+	if backend == "timescaledb" {
+		// A rewrite decompresses only the batches of its series and range: the other series'
+		// points stay in their compressed batches (none in the chunks' rows).
+		_, err = q.SeriesAppendColumns(ctx, batchOf([]string{id2}, columns(7000, 7600, 300)))
+		require.NoError(t, err)
+		for _, rewrite := range [][2]int64{{7000, 7600}, {7000, 7600}, {7100, 7200}} {
+			_, err = q.SeriesAppendColumns(ctx, columns(rewrite[0], rewrite[1], 400))
+			require.NoError(t, err)
+			expect(rewrite[0], rewrite[1], 400)
+			check()
+		}
+		var inRows int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum((xpath('/row/n/text()', query_to_xml(
+				format('SELECT count(*) AS n FROM ONLY %s WHERE series_id = %s', c, e.series_id), false, true, '')))[1]::text::int), 0)
+			FROM show_chunks('series.points') c, account.events e WHERE e.id = $1`, id2).Scan(&inRows))
+		require.Zero(t, inRows, "the other series' points are not decompressed")
+	}
+
 	// Rewrites and range deletes decompress what they must, beyond TimescaleDB's limit of points
 	// decompressed a transaction (lowered here for the test).
 	small, err := pool.Acquire(ctx)

@@ -239,8 +239,10 @@ CREATE FUNCTION api.series_delete(p_access_id text, p_event_id text, p_from doub
                                   p_to double precision DEFAULT NULL, p_relative boolean DEFAULT true)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
--- A range delete decompresses the batches it cuts, however many (see series_private.clear).
+-- A range delete decompresses the batches it cuts, however many, and only those: planned for its
+-- values at each call (see series_private.clear).
 SET timescaledb.max_tuples_decompressed_per_dml_transaction = 0
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     v_holder account.events := account_private.series_holder(account_private.access(p_access_id), p_event_id, 'write');

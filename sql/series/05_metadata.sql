@@ -59,8 +59,10 @@ COMMENT ON FUNCTION api.series_metadata_flush(integer) IS 'The metadata updater:
 CREATE FUNCTION api.series_cleanup(p_limit integer DEFAULT 100)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
--- Deleting compressed points decompresses their batches, however many (see series_private.clear).
+-- Deleting compressed points decompresses their batches, however many, and only those: planned
+-- for its values at each call (see series_private.clear).
 SET timescaledb.max_tuples_decompressed_per_dml_transaction = 0
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     v_ids bigint[];
@@ -89,8 +91,10 @@ COMMENT ON FUNCTION api.series_cleanup(integer) IS 'Removes the points, pending 
 CREATE FUNCTION api.series_trim(p_retention interval DEFAULT NULL, p_now timestamptz DEFAULT now(),
                                 OUT dropped_chunks integer, OUT deleted_points bigint)
 LANGUAGE plpgsql VOLATILE
--- Deleting compressed points decompresses their batches, however many (see series_private.clear).
+-- Deleting compressed points decompresses their batches, however many, and only those: planned
+-- for its values at each call (see series_private.clear).
 SET timescaledb.max_tuples_decompressed_per_dml_transaction = 0
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     v_keep    interval := p_retention;

@@ -171,6 +171,9 @@ DECLARE
     v_from     timestamptz[];
     v_to       timestamptz[];
     v_i        integer;
+    v_stored   bigint[];
+    v_sid      bigint;
+    v_times    timestamptz[];
     v_direct   boolean;
     v_one      boolean;
     v_base     bigint;
@@ -233,13 +236,20 @@ BEGIN
     END IF;
     v_from := ARRAY(SELECT series_private.us_at(u) FROM unnest(v_lo) u);
     v_to := ARRAY(SELECT series_private.us_at(u) FROM unnest(v_hi) u);
-    FOR v_i IN SELECT array_position(v_series, s) FROM unnest(series_private.claim(v_series, v_from, v_to)) s LOOP
-        PERFORM series_private.clear(v_series[v_i], v_from[v_i], v_to[v_i],
-            ARRAY(SELECT series_private.us_at(CASE WHEN b.abs THEN t.tu ELSE b.te + t.tu END)
-                  FROM unnest(coalesce(p_body, array_fill(1, ARRAY[v_n])), p_time) t(bn, tu)
-                  JOIN unnest(p_bodies) b ON b.n = t.bn
-                  WHERE b.series_id = v_series[v_i]));
-    END LOOP;
+    v_stored := series_private.claim(v_series, v_from, v_to);
+    IF cardinality(v_stored) > 0 THEN
+        -- The call's times of each series with stored points in its range, gathered in one pass.
+        FOR v_sid, v_times IN
+            SELECT b.series_id, array_agg(series_private.us_at(CASE WHEN b.abs THEN t.tu ELSE b.te + t.tu END))
+            FROM unnest(coalesce(p_body, array_fill(1, ARRAY[v_n])), p_time) t(bn, tu)
+            JOIN unnest(p_bodies) b ON b.n = t.bn
+            JOIN unnest(v_stored) s(id) ON s.id = b.series_id
+            GROUP BY b.series_id ORDER BY b.series_id
+        LOOP
+            v_i := array_position(v_series, v_sid);
+            PERFORM series_private.clear(v_sid, v_from[v_i], v_to[v_i], v_times);
+        END LOOP;
+    END IF;
     v_direct := series_private.compress_on_write(v_n, cardinality(v_series));
     v_base := v_bases[1];
     v_scale := v_c1[1];
