@@ -21,17 +21,21 @@ import (
 // *APIError for a request refused (bad input, permission), database trouble (DatabaseUnavailable)
 // or something unexpected.
 func (s *server) seriesSubmit(ctx context.Context, access, event string, body []byte, key *string) (json.RawMessage, bool, error) {
+	// The typed-column reader checks the JSON's grammar as it reads (as HTTP's readSeriesBody
+	// has it); any other body gets readBody's rules.
+	if utf8.Valid(body) && !hasNULEscape(body) {
+		if handled, err := s.seriesTryColumns(ctx, access, event, body, key); handled {
+			if err != nil {
+				if e, ok := ErrorFor(err); ok {
+					return nil, false, e
+				}
+				return nil, false, err
+			}
+			return json.RawMessage(`{"status": "ok"}`), false, nil
+		}
+	}
 	if err := checkJSONObject(body); err != nil {
 		return nil, false, err
-	}
-	if handled, err := s.seriesTryColumns(ctx, access, event, body, key); handled {
-		if err != nil {
-			if e, ok := ErrorFor(err); ok {
-				return nil, false, e
-			}
-			return nil, false, err
-		}
-		return json.RawMessage(`{"status": "ok"}`), false, nil
 	}
 	member := "data"
 	if event == "" {
