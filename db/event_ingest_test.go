@@ -408,7 +408,7 @@ func TestEventIngestRequests(t *testing.T) {
 		require.NoError(t, err)
 		return rows
 	}
-	nd := evMsg("t1", "t", "c", "", "1") + "\n\n{not json\n" + evMsg("t2", "t", "c", "", "2")
+	nd := evMsg("t1", "t", "c", "", "1") + "\n\n \t\r\n{not json\n " + evMsg("t2", "t", "c", "", "2")
 	rows = texts(`[{"text": true, "token_id": 1, "idempotency_key": "k3", "invalid": {"2": "line 2 is not JSON"}},
 		{"events": `+evMsg("t3", "t", "c", "", "3")+`, "token_id": 1}]`, nd, "")
 	require.Equal(t, []res{
@@ -425,6 +425,9 @@ func TestEventIngestRequests(t *testing.T) {
 	}, flat(rows))
 	rows = texts(`[{"text": true, "token_id": 1, "idempotency_key": "k3"}]`, evMsg("t4", "t", "c", "", "4"))
 	require.Equal(t, []res{{1, 0, "refused", "SLIDM", false}}, flat(rows))
+	// Lines of blanks only are skipped, lines that start with one are read.
+	rows = texts(`[{"text": true}]`, " \t\n\t"+evMsg("t5", "t", "c", "", "5")+"\r\n\r\n \n"+evMsg("t6", "t", "c", "", "6"))
+	require.Equal(t, []res{{1, 1, "stored", "<nil>", false}, {1, 2, "stored", "<nil>", false}}, flat(rows))
 }
 
 // With answers, a request none of whose events was refused comes as one row, the text of its
