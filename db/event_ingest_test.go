@@ -462,8 +462,8 @@ func TestEventIngestAnswers(t *testing.T) {
 	}
 
 	// One request alone, every event stored (the usual call); ids JSON-escaped.
-	answered(call(`[{"text": true}]`, evMsg("ans-a1", "t", "c", "", "1")+"\n"+evMsg(`ans-a"2\`, "t", "c", "", "2")),
-		1, false, answer("stored", "ans-a1"), answer("stored", `ans-a"2\`))
+	answered(call(`[{"text": true}]`, evMsg("ans-a1", "t", "c", "", "1")+"\n"+evMsg(`ans-a"2\`, "t", "c", "", "2")+"\n"+evMsg("ans-a\t5é", "t", "c", "", "5")),
+		1, false, answer("stored", "ans-a1"), answer("stored", `ans-a"2\`), answer("stored", "ans-a\t5é"))
 	// Duplicates (the careful way): firstStored is when the id was first stored.
 	answered(call(`[{"events": [`+evMsg("ans-a1", "t", "c", "", "1")+`, `+evMsg("ans-a3", "t", "c", "", "3")+`, `+evMsg("ans-a3", "t", "c", "", "3")+`]}]`),
 		1, false, answer("duplicate", "ans-a1"), answer("stored", "ans-a3"), answer("duplicate", "ans-a3"))

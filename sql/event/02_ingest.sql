@@ -140,7 +140,10 @@ BEGIN
                              CASE WHEN s.id_ok THEN s.eid END, CASE WHEN s.problem IS NULL THEN now() END,
                              s.problem[1], s.problem[2])::event_private.ingested) FILTER (WHERE NOT p_answer),
                count(*) FILTER (WHERE s.problem IS NOT NULL),
-               '[' || string_agg('{"eventId":' || to_json(s.eid)::text || v_stored, ',') FILTER (WHERE p_answer AND s.problem IS NULL) || ']',
+               -- The id as JSON is the header's own JSON value as text: to_json(s.eid) would look
+               -- its type up again for every event (1 µs an event of a thousand).
+               '[{"eventId":' || string_agg((s.headers -> 'grnry-event-id')::text || v_stored, ',{"eventId":')
+                   FILTER (WHERE p_answer AND s.problem IS NULL) || ']',
                array_agg(s.eid) FILTER (WHERE v_consumers AND s.problem IS NULL),
                array_agg(s.cid) FILTER (WHERE v_consumers AND s.problem IS NULL),
                array_agg(s.etype) FILTER (WHERE v_consumers AND s.problem IS NULL),
