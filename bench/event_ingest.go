@@ -6,6 +6,11 @@ package main
 // per event). Baseline: COPY of the same rows (the columns of event.events) into a plain table
 // without indexes, 1,000 rows per COPY, on as many connections. Targets: ≥ 100,000 events/s and
 // ≥ 0.5× COPY. The store is emptied before every run, so every run sees the same tables.
+//
+// Without a consumer a third measure takes its turn: COPY of the same rows into the store's own
+// tables (event.events with its indexes, and the ids into event.event_ids, one transaction per
+// 1,000 rows), the cheapest way PostgreSQL has to write what the store's reads and deduplication
+// need. Its ratio to the plain COPY is the best ratio any ingest with these tables can reach.
 
 import (
 	"bytes"
@@ -39,6 +44,7 @@ func init() {
 type eventReq struct {
 	body []byte
 	rows [][]any
+	ids  [][]any // event_id, at, correlation_id of rows, for event.event_ids
 }
 
 // eventRequests makes the requests of one run: eventClients × eventRequestsEach requests of
@@ -51,6 +57,7 @@ func eventRequests(run int) [][]eventReq {
 		for r := range eventRequestsEach {
 			var body bytes.Buffer
 			rows := make([][]any, 0, eventsPerRequest)
+			ids := make([][]any, 0, eventsPerRequest)
 			for i := range eventsPerRequest {
 				n++
 				id := fmt.Sprintf("run%d-c%d-r%d-e%d", run, c, r, i)
@@ -62,8 +69,9 @@ func eventRequests(run int) [][]eventReq {
 				payload := `{"url": "https://shop.example/products/` + strconv.Itoa(n%500) + `", "referrer": "https://search.example/", "duration": ` + strconv.Itoa(n%97) + `}`
 				body.WriteString(`{"event_headers": ` + headers + `, "event_payload": ` + payload + "}\n")
 				rows = append(rows, []any{time.UnixMilli(at.UnixMilli()), id, "page-view", cid, "web", nil, []byte(headers), []byte(payload), now})
+				ids = append(ids, []any{id, time.UnixMilli(at.UnixMilli()), cid})
 			}
-			work[c] = append(work[c], eventReq{body: body.Bytes(), rows: rows})
+			work[c] = append(work[c], eventReq{body: body.Bytes(), rows: rows, ids: ids})
 		}
 	}
 	return work
@@ -122,6 +130,29 @@ func eventRate(work [][]eventReq, send func(eventReq) error) (float64, error) {
 
 var eventColumns = []string{"at", "event_id", "event_type", "correlation_id", "harvester_name", "type_version", "headers", "payload", "received"}
 
+// copyIntoStore writes r's rows with COPY into event.events and their ids into event.event_ids,
+// in one transaction.
+func copyIntoStore(ctx context.Context, bn *bench, r eventReq) error {
+	return pgx.BeginFunc(ctx, bn.raw, func(tx pgx.Tx) error {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"event", "events"}, eventColumns, pgx.CopyFromRows(r.rows)); err != nil {
+			return err
+		}
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"event", "event_ids"}, []string{"event_id", "at", "correlation_id"}, pgx.CopyFromRows(r.ids))
+		return err
+	})
+}
+
+// emptyStore runs measure on an empty store: Silo's ingest and COPY into the store write the same
+// ids, so each starts from empty tables (the emptying is not measured).
+func emptyStore(ctx context.Context, bn *bench, measure func() (float64, error)) func() (float64, error) {
+	return func() (float64, error) {
+		if _, err := bn.raw.Exec(ctx, `TRUNCATE event.events, event.event_ids, event.deliveries`); err != nil {
+			return 0, err
+		}
+		return measure()
+	}
+}
+
 func eventIngestWorkload(ctx context.Context, bn *bench, rp *report) error {
 	if _, err := bn.raw.Exec(ctx, `CREATE TABLE bench_events_raw (
 		at timestamptz NOT NULL, event_id text NOT NULL, event_type text NOT NULL, correlation_id text NOT NULL,
@@ -139,26 +170,33 @@ func eventIngestWorkload(ctx context.Context, bn *bench, rp *report) error {
 		log.Printf("%s ...", name)
 		var work [][]eventReq
 		var errs atomic.Int64
-		var siloCPU, rawCPU cpuCost
-		res, err := takeTurns(runs, 1,
-			func(run int) error {
-				work = eventRequests(run)
-				_, err := bn.raw.Exec(ctx, `TRUNCATE event.events, event.event_ids, event.deliveries, bench_events_raw`)
-				return err
-			},
-			siloCPU.around(ctx, bn, func() (float64, error) {
+		var siloCPU, rawCPU, storeCPU cpuCost
+		measures := []func() (float64, error){
+			emptyStore(ctx, bn, siloCPU.around(ctx, bn, func() (float64, error) {
 				return eventRate(work, func(r eventReq) error {
 					bad, err := bn.postEvents(ctx, r.body, len(r.rows))
 					errs.Add(bad)
 					return err
 				})
-			}),
+			})),
 			rawCPU.around(ctx, bn, func() (float64, error) {
 				return eventRate(work, func(r eventReq) error {
 					_, err := bn.raw.CopyFrom(ctx, pgx.Identifier{"bench_events_raw"}, eventColumns, pgx.CopyFromRows(r.rows))
 					return err
 				})
-			}))
+			}),
+		}
+		if !consumer {
+			measures = append(measures, emptyStore(ctx, bn, storeCPU.around(ctx, bn, func() (float64, error) {
+				return eventRate(work, func(r eventReq) error { return copyIntoStore(ctx, bn, r) })
+			})))
+		}
+		res, err := takeTurns(runs, 1,
+			func(run int) error {
+				work = eventRequests(run)
+				_, err := bn.raw.Exec(ctx, `TRUNCATE bench_events_raw`)
+				return err
+			}, measures...)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -167,6 +205,12 @@ func eventIngestWorkload(ctx context.Context, bn *bench, rp *report) error {
 		rp.notes = append(rp.notes,
 			fmt.Sprintf("%s: ratio to COPY %.2f× (target ≥ %.1f×: %s)", name, ratio, eventIngestRatioTo, verdict(ratio >= eventIngestRatioTo)),
 			fmt.Sprintf("%s: CPU per event, medians of the runs: Silo %s; COPY %s", name, siloCPU.String(), rawCPU.String()))
+		if !consumer {
+			store := median(res[2])
+			rp.notes = append(rp.notes,
+				fmt.Sprintf("%s: COPY into the store's tables (event.events and event.event_ids, their indexes) %.0f rows/s (runs [%s]): %.2f× the plain COPY, the best ratio these tables allow; Silo %.2f× of it; CPU per event %s",
+					name, store, list(res[2], "%.0f"), store/median(res[1]), median(res[0])/store, storeCPU.String()))
+		}
 	}
 	_, err := bn.raw.Exec(ctx, `TRUNCATE event.events, event.event_ids, event.deliveries; DROP TABLE bench_events_raw;
 		SELECT event_private.consumer_drop(id) FROM event.consumers WHERE name = 'bench'`)

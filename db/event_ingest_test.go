@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/silo-db/silo/db"
@@ -130,6 +131,15 @@ func TestEventIngestRefusals(t *testing.T) {
 		{evMsg("a", "t", "c", `"grnry-event-timestamp": 253402300800000`, "1"), "SETIM", "grnry-event-timestamp must be"},
 		{evMsg("a", "t", "c", `"grnry-event-timestamp": "2021-02-30T00:00:00Z"`, "1"), "SETIM", "grnry-event-timestamp must be"},
 		{evMsg("a", "t", "c", `"grnry-event-timestamp": true`, "1"), "SETIM", "grnry-event-timestamp must be"},
+		// JSON values whose text could pass for a string's.
+		{`{"event_headers": {"grnry-event-id": true, "grnry-event-type": "t", "grnry-correlation-id": "c"}, "event_payload": 1}`, "SEHDR", "grnry-event-id must be a string, got boolean"},
+		{`{"event_headers": {"grnry-event-id": "a", "grnry-event-type": -7, "grnry-correlation-id": "c"}, "event_payload": 1}`, "SEHDR", "grnry-event-type must be a string, got number"},
+		{`{"event_headers": {"grnry-event-id": "a", "grnry-event-type": "t", "grnry-correlation-id": ["c"]}, "event_payload": 1}`, "SEHDR", "grnry-correlation-id must be a string, got array"},
+		{evMsg("a", "t", "c", `"grnry-harvester-name": false`, "1"), "SEHDR", "grnry-harvester-name must be a string, got boolean"},
+		{evMsg("a", "t", "c", `"grnry-event-type-version": {"v": 1}`, "1"), "SEHDR", "grnry-event-type-version must be a string, got object"},
+		{evMsg("a", "t", "c", `"grnry-event-timestamp": "12a"`, "1"), "SETIM", "grnry-event-timestamp must be"},
+		{evMsg("a", "t", "c", `"grnry-event-timestamp": " 12"`, "1"), "SETIM", "grnry-event-timestamp must be"},
+		{evMsg("a", "t", "c", `"grnry-event-timestamp": ""`, "1"), "SETIM", "grnry-event-timestamp must be"},
 	}
 	for i, c := range cases {
 		good := evMsg(fmt.Sprintf("good-%d", i), "t", "c", "", "1")
@@ -149,6 +159,41 @@ func TestEventIngestRefusals(t *testing.T) {
 	// Neither an object nor an array: an error.
 	_, err := db.New(tx).EventIngest(context.Background(), json.RawMessage(`"x"`))
 	require.Equal(t, "SLINV", sqlState(err))
+}
+
+// Strings whose text a number, a boolean, an object or an array could have are strings all the
+// same: stored as sent. Timestamps of digits are epoch milliseconds as numbers or strings.
+func TestEventIngestStringsLikeOtherJSON(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.Tx(t)
+	ctx := context.Background()
+	rows := evIngest(t, tx, "["+strings.Join([]string{
+		evMsg("123", "false", "0", `"grnry-harvester-name": "1", "grnry-event-type-version": "-"`, `1`),
+		evMsg("true", "[t]", "{c}", `"grnry-harvester-name": "true", "grnry-event-timestamp": 1000`, `1`),
+		evMsg("-1", "t", "c", `"grnry-event-type-version": "{}", "grnry-event-timestamp": "000000000001000"`, `1`),
+		evMsg("{x}", "t", "c", `"grnry-harvester-name": "", "grnry-event-timestamp": "0"`, `1`),
+	}, ",")+"]")
+	require.Equal(t, []string{"stored", "stored", "stored", "stored"}, evStatuses(rows))
+	var got []string
+	r, err := tx.Query(ctx, `SELECT format('%s|%s|%s|%s|%s|%s', event_id, event_type, correlation_id, coalesce(harvester_name, '-null-'),
+		coalesce(type_version, '-null-'), (extract(epoch FROM at) * 1000)::bigint) FROM event.events ORDER BY received, event_id`)
+	require.NoError(t, err)
+	got, err = pgx.CollectRows(r, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{
+		"-1|t|c|-null-|{}|1000",
+		"123|false|0|1|-|" + fmt.Sprint(evNowMillis(t, tx)),
+		"true|[t]|{c}|true|-null-|1000",
+		"{x}|t|c||-null-|0",
+	}, got)
+}
+
+// evNowMillis is the transaction's time in epoch milliseconds.
+func evNowMillis(t *testing.T, tx pgx.Tx) int64 {
+	t.Helper()
+	var ms int64
+	require.NoError(t, tx.QueryRow(context.Background(), `SELECT (extract(epoch FROM now()) * 1000)::bigint`).Scan(&ms))
+	return ms
 }
 
 func TestEventIngestDeduplicates(t *testing.T) {
@@ -363,7 +408,7 @@ func TestEventIngestRequests(t *testing.T) {
 		require.NoError(t, err)
 		return rows
 	}
-	nd := evMsg("t1", "t", "c", "", "1") + "\n\n{not json\n" + evMsg("t2", "t", "c", "", "2")
+	nd := evMsg("t1", "t", "c", "", "1") + "\n\n \t\r\n{not json\n " + evMsg("t2", "t", "c", "", "2")
 	rows = texts(`[{"text": true, "token_id": 1, "idempotency_key": "k3", "invalid": {"2": "line 2 is not JSON"}},
 		{"events": `+evMsg("t3", "t", "c", "", "3")+`, "token_id": 1}]`, nd, "")
 	require.Equal(t, []res{
@@ -380,6 +425,9 @@ func TestEventIngestRequests(t *testing.T) {
 	}, flat(rows))
 	rows = texts(`[{"text": true, "token_id": 1, "idempotency_key": "k3"}]`, evMsg("t4", "t", "c", "", "4"))
 	require.Equal(t, []res{{1, 0, "refused", "SLIDM", false}}, flat(rows))
+	// Lines of blanks only are skipped, lines that start with one are read.
+	rows = texts(`[{"text": true}]`, " \t\n\t"+evMsg("t5", "t", "c", "", "5")+"\r\n\r\n \n"+evMsg("t6", "t", "c", "", "6"))
+	require.Equal(t, []res{{1, 1, "stored", "<nil>", false}, {1, 2, "stored", "<nil>", false}}, flat(rows))
 }
 
 // With answers, a request none of whose events was refused comes as one row, the text of its
@@ -414,8 +462,8 @@ func TestEventIngestAnswers(t *testing.T) {
 	}
 
 	// One request alone, every event stored (the usual call); ids JSON-escaped.
-	answered(call(`[{"text": true}]`, evMsg("ans-a1", "t", "c", "", "1")+"\n"+evMsg(`ans-a"2\`, "t", "c", "", "2")),
-		1, false, answer("stored", "ans-a1"), answer("stored", `ans-a"2\`))
+	answered(call(`[{"text": true}]`, evMsg("ans-a1", "t", "c", "", "1")+"\n"+evMsg(`ans-a"2\`, "t", "c", "", "2")+"\n"+evMsg("ans-a\t5é", "t", "c", "", "5")),
+		1, false, answer("stored", "ans-a1"), answer("stored", `ans-a"2\`), answer("stored", "ans-a\t5é"))
 	// Duplicates (the careful way): firstStored is when the id was first stored.
 	answered(call(`[{"events": [`+evMsg("ans-a1", "t", "c", "", "1")+`, `+evMsg("ans-a3", "t", "c", "", "3")+`, `+evMsg("ans-a3", "t", "c", "", "3")+`]}]`),
 		1, false, answer("duplicate", "ans-a1"), answer("stored", "ans-a3"), answer("duplicate", "ans-a3"))

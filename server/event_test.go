@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,6 +147,43 @@ func TestEventIngestHTTP(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, code)
 	code, _, _ = b.postEvents(t, "", "", evJSON("h9", "click", "c3", t0, "9"))
 	require.Equal(t, http.StatusUnauthorized, code)
+}
+
+// A body is read whole up to the limit, with a Content-Length or without one (chunked); a larger
+// one is refused with 413 either way.
+func TestEventIngestBodyLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv := httptest.NewServer(server.New(server.Config{Pool: b.pool, Version: "test", MaxBodyBytes: 1000}))
+	t.Cleanup(srv.Close)
+	post := func(body io.Reader) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/events", body)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+b.writer)
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(raw)
+	}
+	// chunked hides a reader's length from the client, which then sends no Content-Length.
+	type chunked struct{ io.Reader }
+	t0 := time.Date(2024, 5, 2, 10, 0, 0, 0, time.UTC).UnixMilli()
+	small := evJSON("lim1", "click", "c1", t0, "1") + "\n" + evJSON("lim2", "click", "c1", t0, "2") + "\n"
+	code, raw := post(strings.NewReader(small))
+	require.Equal(t, http.StatusOK, code, raw)
+	require.Equal(t, 2, strings.Count(raw, `"status":"stored"`), raw)
+	code, raw = post(chunked{strings.NewReader(strings.ReplaceAll(small, "lim", "limc"))})
+	require.Equal(t, http.StatusOK, code, raw)
+	require.Equal(t, 2, strings.Count(raw, `"status":"stored"`), raw)
+	large := strings.Repeat(evJSON("lim3", "click", "c1", t0, "3")+"\n", 10)
+	code, raw = post(strings.NewReader(large))
+	require.Equal(t, http.StatusRequestEntityTooLarge, code, raw)
+	code, raw = post(chunked{strings.NewReader(large)})
+	require.Equal(t, http.StatusRequestEntityTooLarge, code, raw)
 }
 
 func TestEventReadsHTTP(t *testing.T) {

@@ -140,7 +140,10 @@ BEGIN
                              CASE WHEN s.id_ok THEN s.eid END, CASE WHEN s.problem IS NULL THEN now() END,
                              s.problem[1], s.problem[2])::event_private.ingested) FILTER (WHERE NOT p_answer),
                count(*) FILTER (WHERE s.problem IS NOT NULL),
-               '[' || string_agg('{"eventId":' || to_json(s.eid)::text || v_stored, ',') FILTER (WHERE p_answer AND s.problem IS NULL) || ']',
+               -- The id as JSON is the header's own JSON value as text: to_json(s.eid) would look
+               -- its type up again for every event (1 µs an event of a thousand).
+               '[{"eventId":' || string_agg((s.headers -> 'grnry-event-id')::text || v_stored, ',{"eventId":')
+                   FILTER (WHERE p_answer AND s.problem IS NULL) || ']',
                array_agg(s.eid) FILTER (WHERE v_consumers AND s.problem IS NULL),
                array_agg(s.cid) FILTER (WHERE v_consumers AND s.problem IS NULL),
                array_agg(s.etype) FILTER (WHERE v_consumers AND s.problem IS NULL),
@@ -225,8 +228,9 @@ COMMENT ON FUNCTION event_private.ingest(jsonb, jsonb) IS
 -- A body of events as the array of its events: an object is one event, an array's elements are
 -- events, and NDJSON (a text, or a JSON string) one event per line, each line read here on its
 -- own: a large body costs no large jsonb document of its events, whose parse and copies cost
--- twice what its lines do. Blank lines are skipped, told by a test of the first character
--- (btrim of every line would cost a pass over it); the lines named unreadable are not read.
+-- twice what its lines do. Blank lines are skipped, told by a test of the first character's code
+-- (btrim of every line would cost a pass over it, taking the first character as a text a tenth of
+-- the parse); the lines named unreadable are not read.
 -- PL/pgSQL, so that its plan is kept: a SQL function of subqueries is planned at every call.
 CREATE FUNCTION event_private.elements(p_body jsonb, p_text text DEFAULT NULL, p_bad jsonb DEFAULT NULL)
 RETURNS jsonb[]
@@ -242,12 +246,12 @@ BEGIN
     END IF;
     IF p_bad IS NULL THEN
         RETURN ARRAY(SELECT l::jsonb FROM string_to_table(coalesce(p_text, p_body #>> '{}'), E'\n') AS l
-                     WHERE l <> '' AND (position(left(l, 1) IN E' \t\r') = 0 OR btrim(l, E' \t\r') <> ''));
+                     WHERE l <> '' AND (ascii(l) NOT IN (32, 9, 13) OR btrim(l, E' \t\r') <> ''));
     END IF;
     RETURN ARRAY(SELECT CASE WHEN p_bad ? x.n::text THEN 'null' ELSE x.l::jsonb END
                  FROM (SELECT l, row_number() OVER () AS n
                        FROM string_to_table(coalesce(p_text, p_body #>> '{}'), E'\n') AS l
-                       WHERE l <> '' AND (position(left(l, 1) IN E' \t\r') = 0 OR btrim(l, E' \t\r') <> '')) x
+                       WHERE l <> '' AND (ascii(l) NOT IN (32, 9, 13) OR btrim(l, E' \t\r') <> '')) x
                  ORDER BY x.n);
 END
 $$;
