@@ -4,7 +4,7 @@ package main
 // 1 Hz, 2-decimal readings that drift (a random walk of steps of at most 0.02).
 //   - Ingest over HTTP: POST /{username}/events/{id}/series, flatJSON, 1,000 and 10,000 points per
 //     request, seriesClients clients each on its own series; POST /{username}/series/batch with 100
-//     series of 100 points per request. Baseline: COPY of the same rows (series_id, at, n1, s1:
+//     series of 100 points per request, each client its own 100 series. Baseline: COPY of the same rows (series_id, at, n1, s1:
 //     the columns a point of series:mass/kg fills) into a plain table without indexes, as many
 //     rows per COPY as per request, on as many connections. Targets: ≥ 300,000 points/s and
 //     ≥ 0.5× COPY. Each run writes its own hours near now, into chunks made before it (as a live
@@ -26,6 +26,7 @@ import (
 	"log"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,13 +124,17 @@ func (sb *seriesBench) flatRequests(run, n, each int) [][]seriesReq {
 	return work
 }
 
-// batchRequests makes seriesClients × each seriesBatch requests of 100 series × 100 points.
+// batchRequests makes seriesClients × each seriesBatch requests of 100 series × 100 points:
+// client c writes its own 100 series (a gateway's sensors), as each flatJSON client writes its
+// own series. With SILO_BENCH_SERIES_SHARED=1 every client writes the same 100 series, each its
+// own times: the writers of a series take turns, so the clients then wait for one another.
 func (sb *seriesBench) batchRequests(run, each int) [][]seriesReq {
 	work := make([][]seriesReq, seriesClients)
 	feeds := make([]*feed, len(sb.holders))
 	for i := range feeds {
 		feeds[i] = &feed{rng: rand.New(rand.NewPCG(uint64(run), uint64(i))), v: 2000}
 	}
+	shared := os.Getenv("SILO_BENCH_SERIES_SHARED") == "1"
 	for c := range work {
 		for r := range each {
 			var b strings.Builder
@@ -139,9 +144,12 @@ func (sb *seriesBench) batchRequests(run, each int) [][]seriesReq {
 				if s > 0 {
 					b.WriteByte(',')
 				}
-				b.WriteString(`{"eventId":"` + sb.holders[s] + `","data":`)
-				from := run*runSpan + (c*each+r)*100
-				sb.flatPoints(&b, &rows, sb.series[s], feeds[s], from, 100)
+				h, from := c*100+s, run*runSpan+r*100
+				if shared {
+					h, from = s, run*runSpan+(c*each+r)*100
+				}
+				b.WriteString(`{"eventId":"` + sb.holders[h] + `","data":`)
+				sb.flatPoints(&b, &rows, sb.series[h], feeds[h], from, 100)
 				b.WriteByte('}')
 			}
 			b.WriteString(`]}`)
@@ -216,7 +224,7 @@ func seriesSetup(ctx context.Context, bn *bench) (*seriesBench, error) {
 	if _, err := bn.raw.Exec(ctx, `SELECT api.account_stream_create($1, '{"id": "sensors", "name": "Sensors"}')`, personal); err != nil {
 		return nil, err
 	}
-	for range 100 {
+	for range seriesClients * 100 {
 		var id string
 		var series int64
 		if err := bn.raw.QueryRow(ctx, `SELECT api.account_event_create($1, jsonb_build_object('streamId', 'sensors', 'type', 'series:temperature/c', 'time', $2::float8)) #>> '{event,id}'`,
