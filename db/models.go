@@ -1204,6 +1204,14 @@ type PurgeRetentionTarget struct {
 	LastError *string `json:"lastError"`
 }
 
+// The latest point time of each series as of its last metadata flush (api.series_metadata_flush merges each flushed update's data_max; never lowered, so deleted points leave it as it was): with series.pending_updates.data_max, written by every write since, an upper bound of the series' stored points' times (series_private.claim). A series with neither has no points. Rows go with their series (api.series_cleanup).
+type SeriesExtent struct {
+	// The series (account.events.series_id).
+	SeriesID int64 `json:"seriesId"`
+	// At or after the time of every point the series held when its metadata was last flushed.
+	LastAt time.Time `json:"lastAt"`
+}
+
 // Debounce of the data-change notifications of each user (at most one per series.notify_interval per user, the seed's filter): when the user's last notification is older than the interval an append publishes at once; otherwise it adds its event id to pending, which api.series_metadata_flush publishes once the interval has passed.
 type SeriesNotifyThrottle struct {
 	// The user (account.users.id).

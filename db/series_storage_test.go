@@ -411,3 +411,63 @@ func TestSeriesColumnsBatchOfTypes(t *testing.T) {
 	require.JSONEq(t, `[[0, 46.5, 6.6, null, null, null, null, null]]`, get(pos), "latitude, longitude, and the optional fields")
 	require.JSONEq(t, `[[0, 71]]`, get(mass2))
 }
+
+// Writes after the metadata updater has flushed a series' pending update: its extent
+// (series.extents) still tells where its stored points end, so a rewrite of stored points
+// replaces them (an append after them probes nothing).
+func TestSeriesRewriteAfterFlush(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	q := db.New(pool)
+	user, holder := storeUser(t, q, "afterflush")
+	at := time.Now().Add(-2 * time.Hour).Truncate(time.Second)
+	id := holder(at)
+	want := map[int64]int64{}
+	write := func(from, to, base int64) {
+		t.Helper()
+		p := db.SeriesAppendColumnsParams{AccessID: user.AccessID, EventIds: []string{id}, Fields: []string{"deltaTime", "value"},
+			FieldCounts: []int32{2}, Scales: []int16{0, 0}}
+		for i := from; i < to; i++ {
+			p.Time, p.V1 = append(p.Time, i*1000000), append(p.V1, base+i)
+			want[i] = base + i
+		}
+		_, err := q.SeriesAppendColumns(ctx, p)
+		require.NoError(t, err)
+	}
+	flush := func() {
+		t.Helper()
+		_, err := pool.Exec(ctx, `UPDATE series.pending_updates SET deadline = now() - interval '1 second'`)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `SELECT api.series_metadata_flush(1000)`)
+		require.NoError(t, err)
+		var pending int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM series.pending_updates u JOIN account.events e ON e.series_id = u.series_id
+			WHERE e.id = $1`, id).Scan(&pending))
+		require.Zero(t, pending)
+	}
+	check := func() {
+		t.Helper()
+		out, err := q.SeriesGet(ctx, db.SeriesGetParams{AccessID: user.AccessID, EventID: id, Relative: true, TimeField: "deltaTime"})
+		require.NoError(t, err)
+		var v struct{ Points [][]int64 }
+		require.NoError(t, json.Unmarshal(out, &v))
+		require.Len(t, v.Points, len(want), "one point per time")
+		for _, p := range v.Points {
+			require.Equal(t, want[p[0]], p[1], "the point at %d", p[0])
+		}
+	}
+	write(0, 600, 100000)
+	flush()
+	var last time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT x.last_at FROM series.extents x JOIN account.events e ON e.series_id = x.series_id
+		WHERE e.id = $1`, id).Scan(&last))
+	require.True(t, last.Equal(at.Add(599*time.Second)), "the extent is the latest point's time: %s", last)
+	write(100, 200, 200000)
+	check()
+	write(600, 700, 300000)
+	flush()
+	write(650, 660, 400000)
+	write(0, 10, 500000)
+	check()
+}

@@ -27,6 +27,11 @@ BEGIN
                               ORDER BY least(d.deadline, d.flush_idle) LIMIT p_limit
                               FOR UPDATE SKIP LOCKED)
         RETURNING u.*
+    ), extended AS (
+        -- Each flushed update's extent joins the series' lasting one (series_private.claim's bound).
+        INSERT INTO series.extents AS x (series_id, last_at)
+        SELECT d.series_id, d.data_max FROM due d
+        ON CONFLICT (series_id) DO UPDATE SET last_at = greatest(x.last_at, excluded.last_at)
     ), flushed AS (
         UPDATE account.events e
         SET duration = greatest(coalesce(e.duration, 0),
@@ -77,6 +82,7 @@ BEGIN
     END IF;
     DELETE FROM series.points p WHERE p.series_id = ANY (v_ids);
     DELETE FROM series.pending_updates u WHERE u.series_id = ANY (v_ids);
+    DELETE FROM series.extents x WHERE x.series_id = ANY (v_ids);
     DELETE FROM series.retention r WHERE r.series_id = ANY (v_ids);
     DELETE FROM account.series_deletions d WHERE d.series_id = ANY (v_ids);
     RETURN cardinality(v_ids);

@@ -24,6 +24,8 @@ COMMENT ON FUNCTION series_private.lock_class() IS 'The first key of the transac
 CREATE FUNCTION series_private.claim(p_series bigint[], p_lo timestamptz[], p_hi timestamptz[])
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
+-- Its look-ups by key are index probes, whatever its caller sets.
+SET enable_nestloop = on
 AS $$
 DECLARE
     v_stored bigint[] := '{}';
@@ -33,6 +35,21 @@ DECLARE
 BEGIN
     PERFORM pg_advisory_xact_lock(series_private.lock_class(), (s.id % 2147483647)::integer)
     FROM (SELECT DISTINCT u.id FROM unnest(p_series) u(id) ORDER BY u.id) s;
+    -- Only a series whose stored points may reach the call's earliest time can meet it: their
+    -- latest time is at most the later of its lasting extent (series.extents, kept by the metadata
+    -- updater) and its pending update (series.pending_updates, merged by every write since),
+    -- read here after the turns are taken, so with every earlier writer of the series committed.
+    -- A feed appending after what it wrote has nothing to probe: a look-up of two rows, where a
+    -- probe of the points reads the metadata of every batch the series has in its chunk.
+    SELECT array_agg(x.id ORDER BY x.id), array_agg(x.lo ORDER BY x.id), array_agg(x.hi ORDER BY x.id)
+    INTO p_series, p_lo, p_hi
+    FROM unnest(p_series, p_lo, p_hi) x(id, lo, hi)
+    LEFT JOIN series.extents e ON e.series_id = x.id
+    LEFT JOIN series.pending_updates u ON u.series_id = x.id
+    WHERE x.lo <= greatest(e.last_at, u.data_max);
+    IF p_series IS NULL THEN
+        RETURN v_stored;
+    END IF;
     -- The probe's bounds are parameters: on a compressed chunk TimescaleDB then reads only the
     -- batches whose time range meets them (from the batches' metadata), and on rows the
     -- (series_id, at) index. (Bounds taken only from a join would be compared with every point.)
@@ -55,7 +72,7 @@ BEGIN
                  ORDER BY 1);
 END
 $$;
-COMMENT ON FUNCTION series_private.claim(bigint[], timestamptz[], timestamptz[]) IS 'Takes the turn of the writers of series p_series (transaction advisory locks, class series_private.lock_class(), in series order; released at commit or rollback) and returns those of them with stored points between p_lo[i] and p_hi[i] (inclusive), ascending: the series whose stored points at the call''s times must go first (series_private.clear). Raises nothing.';
+COMMENT ON FUNCTION series_private.claim(bigint[], timestamptz[], timestamptz[]) IS 'Takes the turn of the writers of series p_series (transaction advisory locks, class series_private.lock_class(), in series order; released at commit or rollback) and returns those of them with stored points between p_lo[i] and p_hi[i] (inclusive), ascending: the series whose stored points at the call''s times must go first (series_private.clear). Probes the points only of the series whose extent (series.extents) or pending update (series.pending_updates) reaches p_lo[i]: points are written through the series functions, which keep those, never inserted into series.points by hand. Raises nothing.';
 
 CREATE FUNCTION series_private.clear(p_series bigint, p_lo timestamptz, p_hi timestamptz, p_times timestamptz[])
 RETURNS void
