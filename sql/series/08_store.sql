@@ -102,6 +102,30 @@ END
 $$;
 COMMENT ON FUNCTION series_private.clear(bigint, timestamptz, timestamptz, timestamptz[]) IS 'Deletes the stored points of series p_series at the times p_times (all between p_lo and p_hi), which a write is about to replace. Call it holding the series'' turn (series_private.claim). Raises nothing.';
 
+-- The points in the way of a call's rows, for each series of p_stored (series_private.claim's
+-- answer), their times gathered in one pass over the rows.
+CREATE FUNCTION series_private.clear_stored(p_stored bigint[], p_series bigint[], p_lo timestamptz[], p_hi timestamptz[],
+                                            p_row_series bigint[], p_row_at timestamptz[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_sid   bigint;
+    v_times timestamptz[];
+    v_i     integer;
+BEGIN
+    FOR v_sid, v_times IN
+        SELECT r.series_id, array_agg(r.at)
+        FROM unnest(p_row_series, p_row_at) r(series_id, at) JOIN unnest(p_stored) s(id) ON s.id = r.series_id
+        GROUP BY r.series_id ORDER BY r.series_id
+    LOOP
+        v_i := array_position(p_series, v_sid);
+        PERFORM series_private.clear(v_sid, p_lo[v_i], p_hi[v_i], v_times);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION series_private.clear_stored(bigint[], bigint[], timestamptz[], timestamptz[], bigint[], timestamptz[]) IS 'Deletes, for each series of p_stored, the stored points at the times of the call''s rows (p_row_series[j], p_row_at[j]) of that series (series_private.clear), within its bounds p_lo[i] and p_hi[i] (p_series[i] the series). Call it holding the series'' turns (series_private.claim). Raises nothing.';
+
 -- Direct compression has a fixed cost a statement (about 0.6 ms here: the compressor, its flush,
 -- the compressed chunk's index) and saves about half of the per-point cost of a row insert, so it
 -- pays from a few hundred points a call, however many series share them (100 series of 100 points
@@ -138,10 +162,7 @@ DECLARE
     v_series bigint[];
     v_lo     timestamptz[];
     v_hi     timestamptz[];
-    v_i      integer;
     v_stored bigint[];
-    v_sid    bigint;
-    v_times  timestamptz[];
     v_direct boolean;
 BEGIN
     SELECT array_agg(x.series_id ORDER BY x.series_id), array_agg(x.lo ORDER BY x.series_id), array_agg(x.hi ORDER BY x.series_id)
@@ -152,14 +173,8 @@ BEGIN
     END IF;
     v_stored := series_private.claim(v_series, v_lo, v_hi);
     IF cardinality(v_stored) > 0 THEN
-        -- The call's times of each series with stored points in its range, gathered in one pass.
-        FOR v_sid, v_times IN
-            SELECT r.series_id, array_agg(r.at) FROM unnest(p_rows) r JOIN unnest(v_stored) s(id) ON s.id = r.series_id
-            GROUP BY r.series_id ORDER BY r.series_id
-        LOOP
-            v_i := array_position(v_series, v_sid);
-            PERFORM series_private.clear(v_sid, v_lo[v_i], v_hi[v_i], v_times);
-        END LOOP;
+        PERFORM series_private.clear_stored(v_stored, v_series, v_lo, v_hi, ARRAY(SELECT r.series_id FROM unnest(p_rows) r),
+                                            ARRAY(SELECT r.at FROM unnest(p_rows) r));
     END IF;
     v_direct := series_private.compress_on_write(cardinality(p_rows), cardinality(v_series));
     INSERT INTO series.points SELECT * FROM unnest(p_rows) r ORDER BY r.series_id, r.at;

@@ -170,10 +170,9 @@ DECLARE
     v_hi       bigint[];
     v_from     timestamptz[];
     v_to       timestamptz[];
-    v_i        integer;
     v_stored   bigint[];
-    v_sid      bigint;
-    v_times    timestamptz[];
+    v_row_series bigint[];
+    v_row_at   timestamptz[];
     v_direct   boolean;
     v_one      boolean;
     v_base     bigint;
@@ -238,17 +237,11 @@ BEGIN
     v_to := ARRAY(SELECT series_private.us_at(u) FROM unnest(v_hi) u);
     v_stored := series_private.claim(v_series, v_from, v_to);
     IF cardinality(v_stored) > 0 THEN
-        -- The call's times of each series with stored points in its range, gathered in one pass.
-        FOR v_sid, v_times IN
-            SELECT b.series_id, array_agg(series_private.us_at(CASE WHEN b.abs THEN t.tu ELSE b.te + t.tu END))
-            FROM unnest(coalesce(p_body, array_fill(1, ARRAY[v_n])), p_time) t(bn, tu)
-            JOIN unnest(p_bodies) b ON b.n = t.bn
-            JOIN unnest(v_stored) s(id) ON s.id = b.series_id
-            GROUP BY b.series_id ORDER BY b.series_id
-        LOOP
-            v_i := array_position(v_series, v_sid);
-            PERFORM series_private.clear(v_sid, v_from[v_i], v_to[v_i], v_times);
-        END LOOP;
+        SELECT array_agg(b.series_id), array_agg(series_private.us_at(CASE WHEN b.abs THEN t.tu ELSE b.te + t.tu END))
+        INTO v_row_series, v_row_at
+        FROM unnest(coalesce(p_body, array_fill(1, ARRAY[v_n])), p_time) t(bn, tu)
+        JOIN unnest(p_bodies) b ON b.n = t.bn;
+        PERFORM series_private.clear_stored(v_stored, v_series, v_from, v_to, v_row_series, v_row_at);
     END IF;
     v_direct := series_private.compress_on_write(v_n, cardinality(v_series));
     v_base := v_bases[1];
