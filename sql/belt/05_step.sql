@@ -162,7 +162,8 @@ BEGIN
     END IF;
 
     -- The usual step: every callback returned (or its event is gone). No lane waits and nothing
-    -- is dead-lettered, so the lanes' results below are their counts alone.
+    -- is dead-lettered: the lanes' results are left out (v_lres NULL), the lanes' bookkeeping
+    -- below is their counts alone.
     v_clean := NOT EXISTS (SELECT FROM unnest(v_out) o WHERE o.status NOT IN ('ok', 'missing'));
     IF NOT v_clean THEN
         -- Each lane: the first item that blocks it (retry, timeout, transient) and its retry count.
@@ -242,58 +243,41 @@ BEGIN
     DELETE FROM event.deliveries d
     WHERE d.id = ANY (ARRAY(SELECT o.delivery_id FROM unnest(v_out) o WHERE o.status IN ('ok', 'error', 'missing', 'exhausted')));
 
-    -- The lanes' state and counters; the step's counts are their sums (a lane waits for its one
-    -- blocked item), so the outcomes are read once here. A lane that gave the step its whole share
+    -- The lanes' state and counters (with their results, when the step has them); the step's
+    -- counts are their sums (a lane waits for its one blocked item), so the outcomes are read
+    -- once here. A lane that gave the step its whole share
     -- may hold more (another step will look); one that gave less held nothing more when the step
     -- took, and what was delivered since wakes the workers.
-    IF v_clean THEN
-        WITH k AS (
-            SELECT o.lane, count(*) FILTER (WHERE o.status = 'ok') AS processed,
-                   count(*) FILTER (WHERE o.long_running) AS long_count, count(*) AS n
-            FROM unnest(v_out) o
-            GROUP BY o.lane
-        ), u AS (
-            UPDATE event.consumer_lanes cl
-            SET not_before = '-infinity', attempts = 0, last_error = NULL, last_sqlstate = NULL,
-                processed = cl.processed + k.processed, long_running = cl.long_running + k.long_count
-            FROM k
-            WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = k.lane
-        )
-        SELECT coalesce(sum(k.processed), 0), coalesce(sum(k.long_count), 0), coalesce(max(k.n) >= v_share, false)
-        INTO processed, long_running, v_full
-        FROM k;
-    ELSE
-        WITH c AS (
-            SELECT l.lane, l.attempts, l.error, l.sqlstate, l.n_block IS NOT NULL AND NOT l.exhausted AS waits,
-                   k.processed, k.failed, k.dead, k.long_count, k.n
-            FROM unnest(v_lres) l
-            JOIN (SELECT o.lane,
-                         count(*) FILTER (WHERE o.status = 'ok') AS processed,
-                         count(*) FILTER (WHERE o.status IN ('error', 'exhausted', 'blocked')) AS failed,
-                         count(*) FILTER (WHERE o.status IN ('error', 'exhausted')) AS dead,
-                         count(*) FILTER (WHERE o.long_running) AS long_count,
-                         count(*) AS n
-                  FROM unnest(v_out) o
-                  GROUP BY o.lane) k ON k.lane = l.lane
-        ), u AS (
-            UPDATE event.consumer_lanes cl
-            SET not_before = CASE WHEN c.waits THEN clock_timestamp() + belt_private.backoff(v_belt, c.attempts) ELSE '-infinity' END,
-                attempts = CASE WHEN c.waits THEN c.attempts ELSE 0 END,
-                last_error = CASE WHEN c.waits THEN c.error END,
-                last_sqlstate = CASE WHEN c.waits THEN c.sqlstate END,
-                processed = cl.processed + c.processed,
-                failed = cl.failed + c.failed,
-                retried = cl.retried + CASE WHEN c.waits THEN 1 ELSE 0 END,
-                dead_lettered = cl.dead_lettered + c.dead,
-                long_running = cl.long_running + c.long_count
-            FROM c
-            WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = c.lane
-        )
-        SELECT coalesce(sum(c.processed), 0), coalesce(sum(c.failed), 0), count(*) FILTER (WHERE c.waits),
-               coalesce(sum(c.long_count), 0), coalesce(max(c.n) >= v_share, false)
-        INTO processed, failed, retried, long_running, v_full
-        FROM c;
-    END IF;
+    WITH c AS (
+        SELECT k.lane, l.attempts, l.error, l.sqlstate, coalesce(l.n_block IS NOT NULL AND NOT l.exhausted, false) AS waits,
+               k.processed, k.failed, k.dead, k.long_count, k.n
+        FROM (SELECT o.lane,
+                     count(*) FILTER (WHERE o.status = 'ok') AS processed,
+                     count(*) FILTER (WHERE o.status IN ('error', 'exhausted', 'blocked')) AS failed,
+                     count(*) FILTER (WHERE o.status IN ('error', 'exhausted')) AS dead,
+                     count(*) FILTER (WHERE o.long_running) AS long_count,
+                     count(*) AS n
+              FROM unnest(v_out) o
+              GROUP BY o.lane) k
+        LEFT JOIN unnest(v_lres) l ON l.lane = k.lane
+    ), u AS (
+        UPDATE event.consumer_lanes cl
+        SET not_before = CASE WHEN c.waits THEN clock_timestamp() + belt_private.backoff(v_belt, c.attempts) ELSE '-infinity' END,
+            attempts = CASE WHEN c.waits THEN c.attempts ELSE 0 END,
+            last_error = CASE WHEN c.waits THEN c.error END,
+            last_sqlstate = CASE WHEN c.waits THEN c.sqlstate END,
+            processed = cl.processed + c.processed,
+            failed = cl.failed + c.failed,
+            retried = cl.retried + CASE WHEN c.waits THEN 1 ELSE 0 END,
+            dead_lettered = cl.dead_lettered + c.dead,
+            long_running = cl.long_running + c.long_count
+        FROM c
+        WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = c.lane
+    )
+    SELECT coalesce(sum(c.processed), 0), coalesce(sum(c.failed), 0), count(*) FILTER (WHERE c.waits),
+           coalesce(sum(c.long_count), 0), coalesce(max(c.n) >= v_share, false)
+    INTO processed, failed, retried, long_running, v_full
+    FROM c;
     more := taken >= v_max OR v_full;
 END
 $$;
