@@ -400,6 +400,30 @@ func TestBeltProcessLongRunningAndBatchLimits(t *testing.T) {
 	require.Equal(t, int64(4), d.Processed)
 }
 
+// more says whether another step may find work: the step took p_max_events, or one of its
+// lanes gave it its whole share (p_max_events over the lanes it holds).
+func TestBeltProcessMoreWhenALaneGaveItsShare(t *testing.T) {
+	t.Parallel()
+	e := newBeltEnv(t)
+	belt := e.belt(e.visitFn(), "", nil)
+	var other string
+	require.NoError(t, e.tx.QueryRow(e.ctx, `SELECT c FROM unnest(ARRAY['c2', 'c3', 'c4', 'c5', 'c6']) c
+		WHERE event_private.lane_of(c, 64::smallint) <> event_private.lane_of('c1', 64::smallint) LIMIT 1`).Scan(&other))
+	e.ingest(`e1 c1 {"page": "/a"}`, `e2 c1 {"page": "/b"}`, `e3 c1 {"page": "/c"}`, `e4 `+other+` {"page": "/x"}`)
+	max := int32(4)
+	r, err := e.q.BeltProcess(e.ctx, db.BeltProcessParams{BeltID: &belt, MaxEvents: &max})
+	require.NoError(t, err)
+	require.Equal(t, int32(2), r.Lanes)
+	require.Equal(t, int32(3), r.Taken, "a share of 2 from c1's lane, 1 from the other")
+	require.True(t, r.More, "c1's lane gave its whole share")
+	r, err = e.q.BeltProcess(e.ctx, db.BeltProcessParams{BeltID: &belt, MaxEvents: &max})
+	require.NoError(t, err)
+	require.Equal(t, int32(1), r.Taken)
+	require.False(t, r.More, "the lane gave less than its share: it held no more")
+	require.Equal(t, fmt.Sprintf(`"/c"@/belts/%d`, belt), e.grain("c1", "/visits/last"))
+	require.Zero(t, e.deliveries(belt))
+}
+
 func TestBeltProcessRefusals(t *testing.T) {
 	t.Parallel()
 	e := newBeltEnv(t)

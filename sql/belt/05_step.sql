@@ -85,6 +85,9 @@ DECLARE
     v_updates   jsonb[];
     v_lres      belt_private.lane_result[];
     v_t0        timestamptz;
+    v_clean     boolean;
+    v_share     integer;
+    v_full      boolean;
 BEGIN
     IF v_max < 1 THEN
         RAISE EXCEPTION 'p_max_events must be at least 1' USING ERRCODE = 'SLINV';
@@ -125,7 +128,8 @@ BEGIN
         RETURN;
     END IF;
 
-    v_items := belt_private.take(v_belt.consumer_id, v_lanes, greatest(v_max / lanes, 1));
+    v_share := greatest(v_max / lanes, 1);
+    v_items := belt_private.take(v_belt.consumer_id, v_lanes, v_share);
     IF v_items IS NULL THEN
         RETURN;
     END IF;
@@ -157,41 +161,47 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Each lane: the first item that blocks it (retry, timeout, transient) and its retry count.
-    -- Outcomes carry their item's lane and delivery: the statements below read v_out alone (an
-    -- array of composites is read element by element from its start: subscripting it per row
-    -- would cost the square of the step's size). The callbacks' results are not in the outcomes
-    -- but beside them (v_res, in the same order): each statement that reads the outcomes copies
-    -- them (unnest of a composite array: every field, the results too when they were in it),
-    -- and only the one that hands the updates to the store needs the results. The blocking
-    -- item's outcome is joined by its number (a hash join, not a lateral scan of the
-    -- outcomes per lane).
-    SELECT array_agg(ROW(l.lane, l.n_block, b.status, b.error, b.sqlstate, coalesce(b.long_running, false),
-                         l.n_first, l.prev, l.attempts,
-                         b.status IN ('retry', 'timeout') AND v_belt.retry_max_retries >= 0
-                             AND l.attempts > v_belt.retry_max_retries)::belt_private.lane_result)
-    INTO v_lres
-    FROM (SELECT g.*, CASE WHEN g.n_block = g.n_first THEN g.prev ELSE 0 END + 1 AS attempts
-          FROM (SELECT o.lane, min(o.n) AS n_first,
-                       min(o.n) FILTER (WHERE o.status IN ('retry', 'timeout', 'transient')) AS n_block,
-                       (SELECT cl.attempts FROM event.consumer_lanes cl
-                        WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = o.lane) AS prev
+    -- The usual step: every callback returned (or its event is gone). No lane waits and nothing
+    -- is dead-lettered: the lanes' results are left out (v_lres NULL), the lanes' bookkeeping
+    -- below is their counts alone.
+    v_clean := NOT EXISTS (SELECT FROM unnest(v_out) o WHERE o.status NOT IN ('ok', 'missing'));
+    IF NOT v_clean THEN
+        -- Each lane: the first item that blocks it (retry, timeout, transient) and its retry count.
+        -- Outcomes carry their item's lane and delivery: the statements below read v_out alone (an
+        -- array of composites is read element by element from its start: subscripting it per row
+        -- would cost the square of the step's size). The callbacks' results are not in the outcomes
+        -- but beside them (v_res, in the same order): each statement that reads the outcomes copies
+        -- them (unnest of a composite array: every field, the results too when they were in it),
+        -- and only the one that hands the updates to the store needs the results. The blocking
+        -- item's outcome is joined by its number (a hash join, not a lateral scan of the
+        -- outcomes per lane).
+        SELECT array_agg(ROW(l.lane, l.n_block, b.status, b.error, b.sqlstate, coalesce(b.long_running, false),
+                             l.n_first, l.prev, l.attempts,
+                             b.status IN ('retry', 'timeout') AND v_belt.retry_max_retries >= 0
+                                 AND l.attempts > v_belt.retry_max_retries)::belt_private.lane_result)
+        INTO v_lres
+        FROM (SELECT g.*, CASE WHEN g.n_block = g.n_first THEN g.prev ELSE 0 END + 1 AS attempts
+              FROM (SELECT o.lane, min(o.n) AS n_first,
+                           min(o.n) FILTER (WHERE o.status IN ('retry', 'timeout', 'transient')) AS n_block,
+                           (SELECT cl.attempts FROM event.consumer_lanes cl
+                            WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = o.lane) AS prev
+                    FROM unnest(v_out) o
+                    GROUP BY o.lane) g) l
+        LEFT JOIN unnest(v_out) b ON b.n = l.n_block;
+        -- Settled: the blocking item is blocked, or exhausted when its retries ran out (it is
+        -- dead-lettered); what follows it in its lane waits (Python ran them all; SQL did not run them).
+        IF EXISTS (SELECT FROM unnest(v_lres) l WHERE l.n_block IS NOT NULL) THEN
+            v_out := ARRAY(
+                SELECT ROW(o.n, o.lane, o.delivery_id,
+                           CASE WHEN l.n_block IS NULL OR o.n < l.n_block THEN o.status
+                                WHEN o.n = l.n_block THEN CASE WHEN l.exhausted THEN 'exhausted' ELSE 'blocked' END
+                                ELSE 'waiting' END,
+                           o.skipped, o.error, o.traceback, o.sqlstate, o.ms,
+                           o.long_running AND (l.n_block IS NULL OR o.n <= l.n_block))::belt_private.outcome
                 FROM unnest(v_out) o
-                GROUP BY o.lane) g) l
-    LEFT JOIN unnest(v_out) b ON b.n = l.n_block;
-    -- Settled: the blocking item is blocked, or exhausted when its retries ran out (it is
-    -- dead-lettered); what follows it in its lane waits (Python ran them all; SQL did not run them).
-    IF EXISTS (SELECT FROM unnest(v_lres) l WHERE l.n_block IS NOT NULL) THEN
-        v_out := ARRAY(
-            SELECT ROW(o.n, o.lane, o.delivery_id,
-                       CASE WHEN l.n_block IS NULL OR o.n < l.n_block THEN o.status
-                            WHEN o.n = l.n_block THEN CASE WHEN l.exhausted THEN 'exhausted' ELSE 'blocked' END
-                            ELSE 'waiting' END,
-                       o.skipped, o.error, o.traceback, o.sqlstate, o.ms,
-                       o.long_running AND (l.n_block IS NULL OR o.n <= l.n_block))::belt_private.outcome
-            FROM unnest(v_out) o
-            JOIN unnest(v_lres) l ON l.lane = o.lane
-            ORDER BY o.n);
+                JOIN unnest(v_lres) l ON l.lane = o.lane
+                ORDER BY o.n);
+        END IF;
     END IF;
 
     -- The updates of the processed events, in delivery order (the outcomes are in item order, and
@@ -215,7 +225,7 @@ BEGIN
 
     -- Dead letters: errors, and retries that ran out (the rare path: items are looked up by n).
     -- retries: how often the event was retried.
-    IF EXISTS (SELECT FROM unnest(v_out) o WHERE o.status IN ('error', 'exhausted')) THEN
+    IF NOT v_clean AND EXISTS (SELECT FROM unnest(v_out) o WHERE o.status IN ('error', 'exhausted')) THEN
         SELECT count(belt_private.dead_letter_add(
                    v_belt, v_items[o.n],
                    CASE WHEN o.status = 'error' THEN o.error
@@ -233,19 +243,23 @@ BEGIN
     DELETE FROM event.deliveries d
     WHERE d.id = ANY (ARRAY(SELECT o.delivery_id FROM unnest(v_out) o WHERE o.status IN ('ok', 'error', 'missing', 'exhausted')));
 
-    -- The lanes' state and counters; the step's counts are their sums (a lane waits for its one
-    -- blocked item), so the outcomes are read once here.
+    -- The lanes' state and counters (with their results, when the step has them); the step's
+    -- counts are their sums (a lane waits for its one blocked item), so the outcomes are read
+    -- once here. A lane that gave the step its whole share
+    -- may hold more (another step will look); one that gave less held nothing more when the step
+    -- took, and what was delivered since wakes the workers.
     WITH c AS (
-        SELECT l.lane, l.attempts, l.error, l.sqlstate, l.n_block IS NOT NULL AND NOT l.exhausted AS waits,
-               k.processed, k.failed, k.dead, k.long_count
-        FROM unnest(v_lres) l
-        JOIN (SELECT o.lane,
+        SELECT k.lane, l.attempts, l.error, l.sqlstate, coalesce(l.n_block IS NOT NULL AND NOT l.exhausted, false) AS waits,
+               k.processed, k.failed, k.dead, k.long_count, k.n
+        FROM (SELECT o.lane,
                      count(*) FILTER (WHERE o.status = 'ok') AS processed,
                      count(*) FILTER (WHERE o.status IN ('error', 'exhausted', 'blocked')) AS failed,
                      count(*) FILTER (WHERE o.status IN ('error', 'exhausted')) AS dead,
-                     count(*) FILTER (WHERE o.long_running) AS long_count
+                     count(*) FILTER (WHERE o.long_running) AS long_count,
+                     count(*) AS n
               FROM unnest(v_out) o
-              GROUP BY o.lane) k ON k.lane = l.lane
+              GROUP BY o.lane) k
+        LEFT JOIN unnest(v_lres) l ON l.lane = k.lane
     ), u AS (
         UPDATE event.consumer_lanes cl
         SET not_before = CASE WHEN c.waits THEN clock_timestamp() + belt_private.backoff(v_belt, c.attempts) ELSE '-infinity' END,
@@ -261,15 +275,14 @@ BEGIN
         WHERE cl.consumer_id = v_belt.consumer_id AND cl.lane = c.lane
     )
     SELECT coalesce(sum(c.processed), 0), coalesce(sum(c.failed), 0), count(*) FILTER (WHERE c.waits),
-           coalesce(sum(c.long_count), 0)
-    INTO processed, failed, retried, long_running
+           coalesce(sum(c.long_count), 0), coalesce(max(c.n) >= v_share, false)
+    INTO processed, failed, retried, long_running, v_full
     FROM c;
-    more := taken >= v_max
-            OR EXISTS (SELECT FROM event.deliveries d WHERE d.consumer_id = v_belt.consumer_id AND d.lane = ANY (v_lanes));
+    more := taken >= v_max OR v_full;
 END
 $$;
 COMMENT ON FUNCTION api.belt_process(bigint, integer, smallint[]) IS
-    'One processing step of a belt, in one transaction (READ COMMITTED): locks up to belt.lanes_per_step ready lanes of belt p_belt_id (default NULL: of any RUNNING belt with work, in random order; only lanes in p_lanes when given), takes their oldest deliveries (up to p_max_events, default belt.batch_size, shared among the lanes), runs the callback over them (FETCH_PROFILE TRUE: with each event''s profile), applies the updates of the events it processed in delivery order with the profile store (default _origin /belts/{id}; an invalid update goes to profile.dead_letters) and deletes their deliveries. An event whose callback raised an error goes to belt.dead_letters; a retry (SBRTY, RetryException), a timeout (Python) or a transient error (api.error_class) makes its lane wait with the belt''s back-off, and dead-letters the event with SBRTX once RETRY_MAX_RETRIES retries were made; a callback that no longer validates makes the belt FAILED and processes nothing. The rules: sql/belt/04_process.sql. Returns one row: belt_id (NULL when no belt had work), lanes, taken (deliveries taken; 0 when there was nothing to do), processed (events whose callback returned), failed (events whose callback raised or timed out), retried (lanes that wait for a retry), dead_lettered, long_running (callbacks longer than CALLBACK_LONGRUNNING_SEC), updates (applied, all statuses), updates_dead_lettered (of those, rejected by the store), callback_ms, apply_ms, more (the step took as many as it could, or its lanes still hold deliveries: another step will find work). Publishes kind dead_letter on channel belts per dead letter, kind state when it fails a belt, and the profile changes of the updates. Raises SLINV for p_max_events below 1 or outside READ COMMITTED, SLNFD when there is no belt p_belt_id, and the transient errors of the profile store (the step fails whole and is retried).';
+    'One processing step of a belt, in one transaction (READ COMMITTED): locks up to belt.lanes_per_step ready lanes of belt p_belt_id (default NULL: of any RUNNING belt with work, in random order; only lanes in p_lanes when given), takes their oldest deliveries (up to p_max_events, default belt.batch_size, shared among the lanes), runs the callback over them (FETCH_PROFILE TRUE: with each event''s profile), applies the updates of the events it processed in delivery order with the profile store (default _origin /belts/{id}; an invalid update goes to profile.dead_letters) and deletes their deliveries. An event whose callback raised an error goes to belt.dead_letters; a retry (SBRTY, RetryException), a timeout (Python) or a transient error (api.error_class) makes its lane wait with the belt''s back-off, and dead-letters the event with SBRTX once RETRY_MAX_RETRIES retries were made; a callback that no longer validates makes the belt FAILED and processes nothing. The rules: sql/belt/04_process.sql. Returns one row: belt_id (NULL when no belt had work), lanes, taken (deliveries taken; 0 when there was nothing to do), processed (events whose callback returned), failed (events whose callback raised or timed out), retried (lanes that wait for a retry), dead_lettered, long_running (callbacks longer than CALLBACK_LONGRUNNING_SEC), updates (applied, all statuses), updates_dead_lettered (of those, rejected by the store), callback_ms, apply_ms, more (the step took as many as it could, or one of its lanes gave it its whole share of them: another step may find work; deliveries made since the step took its own wake the workers). Publishes kind dead_letter on channel belts per dead letter, kind state when it fails a belt, and the profile changes of the updates. Raises SLINV for p_max_events below 1 or outside READ COMMITTED, SLNFD when there is no belt p_belt_id, and the transient errors of the profile store (the step fails whole and is retried).';
 
 -- A view rather than RETURNS TABLE, so that sqlc reads its row type.
 CREATE VIEW api.belt_work AS
