@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -27,28 +26,38 @@ import (
 // never held whole.
 const seriesPage = 50000
 
-// seriesWrite applies one write request through the joiner and answers it.
-func (s *server) seriesWrite(w http.ResponseWriter, r *http.Request, access string, body []byte) {
-	req := writeRequest{body: body, field: "append", scope: "account:" + access, key: idempotencyKey(r.Header)}
-	rows, err := s.seriesJoin.do(r.Context(), struct{}{}, "", req)
+// seriesJoined applies one write request (api.series_append_requests' request object, made by
+// seriesRequest) through the joiner: its row, or the error it was refused with.
+func (s *server) seriesJoined(ctx context.Context, access string, body []byte, key *string) (db.SeriesAppendRequestsRow, error) {
+	req := writeRequest{body: body, field: "append", scope: "account:" + access, key: key}
+	rows, err := s.seriesJoin.do(ctx, struct{}{}, "", req)
 	if err == nil && len(rows) != 1 {
 		err = fmt.Errorf("a series write returned %d rows for one request", len(rows))
 	}
-	if err == nil && rows[0].SQLState != "" {
+	if err != nil {
+		return db.SeriesAppendRequestsRow{}, err
+	}
+	if rows[0].SQLState != "" {
 		e := refusal(&rows[0].SQLState, &rows[0].Reason)
 		e.Detail, e.Hint = rows[0].Detail, rows[0].Hint
-		err = e
+		return db.SeriesAppendRequestsRow{}, e
 	}
+	return rows[0], nil
+}
+
+// seriesWrite applies one write request through the joiner and answers it.
+func (s *server) seriesWrite(w http.ResponseWriter, r *http.Request, access string, body []byte) {
+	row, err := s.seriesJoined(r.Context(), access, body, idempotencyKey(r.Header))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if rows[0].Replayed {
+	if row.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(rows[0].Answer)
+	_, _ = w.Write(row.Answer)
 }
 
 // seriesColumnsWrite writes and answers a body as typed columns when it can be carried so
@@ -125,16 +134,15 @@ func (s *server) seriesBatch(w http.ResponseWriter, r *http.Request) {
 
 // readSeriesBody reads a JSON series write (a flatJSON body for event, or a seriesBatch for event
 // "") and writes it as typed columns when it can be read so (seriesColumnsWrite). ok is true when
-// the body is left to the flatJSON way: valid JSON, in body. The typed reader checks the JSON's
-// grammar as it reads, so a body it writes is not read by json.Valid first; any other body gets
-// readBody's checks and their answers.
+// the body is left to the flatJSON way: valid JSON, in body. A body the typed reader took is not
+// read by json.Valid (seriesTryColumns); any other body gets readBody's checks and their answers.
 func (s *server) readSeriesBody(w http.ResponseWriter, r *http.Request, access, event string) (body []byte, ok bool) {
 	body, err := readLimited(w, r, s.maxBody)
 	if err != nil {
 		s.bodyReadError(w, err)
 		return nil, false
 	}
-	if utf8.Valid(body) && !hasNULEscape(body) && s.seriesColumnsWrite(w, r, access, event, body) {
+	if s.seriesColumnsWrite(w, r, access, event, body) {
 		return nil, false
 	}
 	return body, s.checkJSONBody(w, body)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -24,9 +25,12 @@ import (
 // function records.
 
 // seriesTryColumns writes a body as columns when it can be read so. handled is false when the body
-// must go the flatJSON way (see above); otherwise the body was written (err nil) or refused.
+// must go the flatJSON way (see above), which checks it as every JSON body is checked; otherwise the
+// body was written (err nil) or refused. The reader checks JSON's grammar as it reads, so a body it
+// writes needs no json.Valid pass first; the rules beyond JSON's (UTF-8, no \u0000) are checked
+// here.
 func (s *server) seriesTryColumns(ctx context.Context, access, event string, body []byte, key *string) (handled bool, err error) {
-	if key != nil {
+	if key != nil || !utf8.Valid(body) || hasNULEscape(body) {
 		return false, nil
 	}
 	var c *seriesColumns

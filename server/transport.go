@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"unicode/utf8"
 )
@@ -21,18 +20,14 @@ import (
 // *APIError for a request refused (bad input, permission), database trouble (DatabaseUnavailable)
 // or something unexpected.
 func (s *server) seriesSubmit(ctx context.Context, access, event string, body []byte, key *string) (json.RawMessage, bool, error) {
-	// The typed-column reader checks the JSON's grammar as it reads (as HTTP's readSeriesBody
-	// has it); any other body gets readBody's rules.
-	if utf8.Valid(body) && !hasNULEscape(body) {
-		if handled, err := s.seriesTryColumns(ctx, access, event, body, key); handled {
-			if err != nil {
-				if e, ok := ErrorFor(err); ok {
-					return nil, false, e
-				}
-				return nil, false, err
+	if handled, err := s.seriesTryColumns(ctx, access, event, body, key); handled {
+		if err != nil {
+			if e, ok := ErrorFor(err); ok {
+				return nil, false, e
 			}
-			return json.RawMessage(`{"status": "ok"}`), false, nil
+			return nil, false, err
 		}
+		return json.RawMessage(`{"status": "ok"}`), false, nil
 	}
 	if err := checkJSONObject(body); err != nil {
 		return nil, false, err
@@ -41,23 +36,14 @@ func (s *server) seriesSubmit(ctx context.Context, access, event string, body []
 	if event == "" {
 		member = "batch"
 	}
-	req := writeRequest{body: seriesRequest(access, event, member, body), field: "append", scope: "account:" + access, key: key}
-	rows, err := s.seriesJoin.do(ctx, struct{}{}, "", req)
-	if err == nil && len(rows) != 1 {
-		err = fmt.Errorf("a series write returned %d rows for one request", len(rows))
-	}
-	if err == nil && rows[0].SQLState != "" {
-		e := refusal(&rows[0].SQLState, &rows[0].Reason)
-		e.Detail, e.Hint = rows[0].Detail, rows[0].Hint
-		err = e
-	}
+	row, err := s.seriesJoined(ctx, access, seriesRequest(access, event, member, body), key)
 	if err != nil {
 		if e, ok := ErrorFor(err); ok {
 			return nil, false, e
 		}
 		return nil, false, err
 	}
-	return rows[0].Answer, rows[0].Replayed, nil
+	return row.Answer, row.Replayed, nil
 }
 
 // checkJSONObject applies readBody's rules to a body that came by another transport, as the
