@@ -150,7 +150,24 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION series_private.compress_on_write(bigint, integer) IS 'Whether a call writing p_points points into p_series series writes them straight into compressed batches: on TimescaleDB, when they are at least the setting series.compress_on_write (0: never) and at least a tenth of it per series on average. If so, switches TimescaleDB''s direct compression on for the transaction, without its sort (the rows must come sorted by series_id and at); the caller switches it off again after its insert. Raises 22P02 when the setting is not an integer.';
+COMMENT ON FUNCTION series_private.compress_on_write(bigint, integer) IS 'Whether a call writing p_points points into p_series series writes them straight into compressed batches: on TimescaleDB, when they are at least the setting series.compress_on_write (0: never) and at least a tenth of it per series on average. If so, switches TimescaleDB''s direct compression on for the transaction, without its sort (the rows must come sorted by series_id and at); the caller switches it off again after its insert (series_private.written). Raises 22P02 when the setting is not an integer.';
+
+-- What follows a writer's insert, whatever form its points came in: direct compression switched
+-- off again when series_private.compress_on_write switched it on (p_direct), and the metadata
+-- update of each series written merged (series_private.schedule).
+CREATE FUNCTION series_private.written(p_direct boolean, p_bodies series_private.body[], p_series bigint[],
+                                       p_lo timestamptz[], p_hi timestamptz[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF p_direct THEN
+        PERFORM set_config('timescaledb.enable_direct_compress_insert', 'off', true);
+    END IF;
+    PERFORM series_private.schedule(p_bodies, p_series, p_lo, p_hi);
+END
+$$;
+COMMENT ON FUNCTION series_private.written(boolean, series_private.body[], bigint[], timestamptz[], timestamptz[]) IS 'Ends a write of points into series.points: switches TimescaleDB''s direct compression off again when p_direct (series_private.compress_on_write''s answer), and merges the metadata update of each series p_series[i] written from p_lo[i] to p_hi[i] (series_private.schedule, whose errors it raises).';
 
 -- Rows given whole (the flatJSON path, whose cells may be strings): stored as above.
 CREATE FUNCTION series_private.store_rows(p_bodies series_private.body[], p_rows series.points[])
@@ -178,10 +195,7 @@ BEGIN
     END IF;
     v_direct := series_private.compress_on_write(cardinality(p_rows), cardinality(v_series));
     INSERT INTO series.points SELECT * FROM unnest(p_rows) r ORDER BY r.series_id, r.at;
-    IF v_direct THEN
-        PERFORM set_config('timescaledb.enable_direct_compress_insert', 'off', true);
-    END IF;
-    PERFORM series_private.schedule(p_bodies, v_series, v_lo, v_hi);
+    PERFORM series_private.written(v_direct, p_bodies, v_series, v_lo, v_hi);
 END
 $$;
-COMMENT ON FUNCTION series_private.store_rows(series_private.body[], series.points[]) IS 'Stores the rows p_rows of checked bodies p_bodies (one per series and time, each in its stored form), replacing stored points at their times: the series'' turns taken and the points in the way deleted first (series_private.claim, series_private.clear), straight into compressed batches when series_private.compress_on_write says so. Merges each series'' metadata update (series_private.schedule). Raises what series_private.schedule raises.';
+COMMENT ON FUNCTION series_private.store_rows(series_private.body[], series.points[]) IS 'Stores the rows p_rows of checked bodies p_bodies (one per series and time, each in its stored form), replacing stored points at their times: the series'' turns taken and the points in the way deleted first (series_private.claim, series_private.clear), straight into compressed batches when series_private.compress_on_write says so. Merges each series'' metadata update (series_private.written). Raises what series_private.schedule raises.';

@@ -282,10 +282,7 @@ BEGIN
         INSERT INTO series.points (series_id, at, n1, s1, n2, s2, n3, s3, n4, s4, n5, s5, n6, s6, n7, s7, n8, s8)
         SELECT * FROM series_private.column_rows(p_bodies, p_body, p_time, p_a1, p_a2, p_a3, p_a4, p_a5, p_a6, p_a7, p_a8);
     END IF;
-    IF v_direct THEN
-        PERFORM set_config('timescaledb.enable_direct_compress_insert', 'off', true);
-    END IF;
-    PERFORM series_private.schedule(p_bodies, v_series, v_from, v_to);
+    PERFORM series_private.written(v_direct, p_bodies, v_series, v_from, v_to);
 END
 $$;
-COMMENT ON FUNCTION series_private.write_columns(series_private.body[], integer[], bigint[], boolean, bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[]) IS 'Checks (whole arrays first, point by point only when those tests cannot clear them: series_private.column_check) and writes the points of checked bodies p_bodies given as columns (p_body, p_time, p_a1 .. p_a8 as api.series_append_columns passes them on; p_ascending: the caller found each body''s points together, the bodies in order and each body''s times strictly ascending) into series.points as series_private.store_rows does (the series'' turns taken, stored points at the same times replaced, straight into compressed batches when series_private.compress_on_write says so), and merges the metadata updates (series_private.schedule). Raises SASTR (invalid-request-structure) for the first point that breaks a rule.';
+COMMENT ON FUNCTION series_private.write_columns(series_private.body[], integer[], bigint[], boolean, bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[]) IS 'Checks (whole arrays first, point by point only when those tests cannot clear them: series_private.column_check) and writes the points of checked bodies p_bodies given as columns (p_body, p_time, p_a1 .. p_a8 as api.series_append_columns passes them on; p_ascending: the caller found each body''s points together, the bodies in order and each body''s times strictly ascending) into series.points as series_private.store_rows does (the series'' turns taken, stored points at the same times replaced, straight into compressed batches when series_private.compress_on_write says so), and merges the metadata updates (series_private.written). Raises SASTR (invalid-request-structure) for the first point that breaks a rule.';
