@@ -147,14 +147,24 @@ $$;
 COMMENT ON FUNCTION event_private.parse_one(integer, jsonb, text) IS
     'Element p_m of an ingest at position p_ord read as an event (event_private.parsed): headers and payload taken apart, each rule of api.event_ingest checked (problem: the first one broken, with its SQLSTATE). p_bad: NULL, or the reason the element stands for unreadable input (refused with SEEVT and it). Raises nothing.';
 
+-- Whether p_text, the text (->>) of a JSON value that is neither null nor a number's digits, is
+-- that of a string: a number's text starts with '-' or a digit, an object's or array's with '{'
+-- or '[', a boolean's is true or false. Inlined into event_private.parse.
+CREATE FUNCTION event_private.string_text(p_text text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT ascii(p_text) NOT IN (45, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 91, 123) AND p_text NOT IN ('true', 'false');
+$$;
+COMMENT ON FUNCTION event_private.string_text(text) IS
+    'Whether p_text, the ->> text of a JSON value, can only be that of a string: it does not start as a number, an object or an array does, and is not true or false (NULL for NULL). Raises nothing.';
+
 -- p_bad: an object {"<ord>": "<reason>"} of events that could not be read (an NDJSON line that is
 -- no JSON): their elements of p_events are placeholders, refused with the reason.
 --
 -- The usual event is told valid by a quick test of the headers' texts (->>, one lookup each, no
--- JSON value made): a text of a JSON number starts with '-' or a digit, of an object or array
--- with '{' or '[', of a boolean is true or false, so a text that does none of these is that of a
--- string. A timestamp of 1 to 15 digits is epoch milliseconds whether sent as a number or a
--- string. Every other element, valid or not, is read by event_private.parse_one, which checks each
+-- JSON value made: event_private.string_text). A timestamp of 1 to 15 digits is epoch
+-- milliseconds whether sent as a number or a string. Every other element, valid or not, is read by event_private.parse_one, which checks each
 -- rule in order and words the first one broken; it runs only for those. A SQL function of one
 -- SELECT: inlined into the statements that read it. Each level is a subquery with OFFSET 0, so
 -- that it is computed once, not again at every use above it.
@@ -176,14 +186,11 @@ AS $$
     FROM (
         SELECT f.ord, f.eid, f.etype, f.cid, f.harvester, f.version, f.ts, f.headers, f.payload,
                CASE WHEN f.bad IS NULL AND f.payload IS NOT NULL
-                         AND octet_length(f.eid) BETWEEN 1 AND 255
-                         AND ascii(f.eid) NOT IN (45, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 91, 123) AND f.eid NOT IN ('true', 'false')
-                         AND octet_length(f.etype) BETWEEN 1 AND 255
-                         AND ascii(f.etype) NOT IN (45, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 91, 123) AND f.etype NOT IN ('true', 'false')
-                         AND octet_length(f.cid) BETWEEN 1 AND 512
-                         AND ascii(f.cid) NOT IN (45, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 91, 123) AND f.cid NOT IN ('true', 'false')
-                         AND (f.harvester IS NULL OR ascii(f.harvester) NOT IN (45, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 91, 123) AND f.harvester NOT IN ('true', 'false'))
-                         AND (f.version IS NULL OR ascii(f.version) NOT IN (45, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 91, 123) AND f.version NOT IN ('true', 'false'))
+                         AND octet_length(f.eid) BETWEEN 1 AND 255 AND event_private.string_text(f.eid)
+                         AND octet_length(f.etype) BETWEEN 1 AND 255 AND event_private.string_text(f.etype)
+                         AND octet_length(f.cid) BETWEEN 1 AND 512 AND event_private.string_text(f.cid)
+                         AND (f.harvester IS NULL OR event_private.string_text(f.harvester))
+                         AND (f.version IS NULL OR event_private.string_text(f.version))
                          -- Digits only: the regular expression costs half of translate's pass here.
                          AND (f.ts IS NULL OR octet_length(f.ts) BETWEEN 1 AND 15 AND f.ts ~ '^[0-9]+$'
                                            AND f.ts::bigint <= 253402300799999)
