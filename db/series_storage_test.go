@@ -34,6 +34,33 @@ func storeUser(t *testing.T, q *db.Queries, name string) (db.AccountUserCreateRo
 	}
 }
 
+// valueColumns is a typed body of holder id (a single-value type such as mass/kg) written by access:
+// points at deltaTime from .. to-1 seconds, the value at point i base + i at the given scale.
+func valueColumns(access, id string, from, to, base int64, scale int16) db.SeriesAppendColumnsParams {
+	p := db.SeriesAppendColumnsParams{AccessID: access, EventIds: []string{id}, Fields: []string{"deltaTime", "value"},
+		FieldCounts: []int32{2}, Scales: []int16{0, scale}}
+	for i := from; i < to; i++ {
+		p.Time = append(p.Time, i*1000000)
+		p.V1 = append(p.V1, base+i)
+	}
+	return p
+}
+
+// valueBatch puts bodies of valueColumns, for holders ids in order, into one seriesBatch.
+func valueBatch(access string, ids []string, parts ...db.SeriesAppendColumnsParams) db.SeriesAppendColumnsParams {
+	p := db.SeriesAppendColumnsParams{AccessID: access, Batch: true, EventIds: ids}
+	for n, part := range parts {
+		p.Fields = append(p.Fields, part.Fields...)
+		p.FieldCounts = append(p.FieldCounts, part.FieldCounts...)
+		p.Scales = append(p.Scales, part.Scales...)
+		for range part.Time {
+			p.Body = append(p.Body, int32(n+1))
+		}
+		p.Time, p.V1 = append(p.Time, part.Time...), append(p.V1, part.V1...)
+	}
+	return p
+}
+
 // The series storage on both backends: a compressed hypertable (TimescaleDB) and native
 // partitions (pg_partman), run as db/partition_test.go runs the partition domain.
 func TestSeriesStorageBackends(t *testing.T) {
@@ -174,13 +201,7 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 
 	// Points at deltaTime from .. to-1 seconds, value = base + i hundredths, as typed columns.
 	columns := func(from, to, base int64) db.SeriesAppendColumnsParams {
-		p := db.SeriesAppendColumnsParams{AccessID: user.AccessID, EventIds: []string{id}, Fields: []string{"deltaTime", "value"},
-			FieldCounts: []int32{2}, Scales: []int16{0, 2}}
-		for i := from; i < to; i++ {
-			p.Time = append(p.Time, i*1000000)
-			p.V1 = append(p.V1, base+i)
-		}
-		return p
+		return valueColumns(user.AccessID, id, from, to, base, 2)
 	}
 	want := map[int64]float64{}
 	expect := func(from, to, base int64) {
@@ -283,17 +304,7 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 	// series, not in series order), one body rewriting stored points; then two bodies of one
 	// series sharing times, whose second body's points win.
 	batchOf := func(ids []string, parts ...db.SeriesAppendColumnsParams) db.SeriesAppendColumnsParams {
-		p := db.SeriesAppendColumnsParams{AccessID: user.AccessID, Batch: true, EventIds: ids}
-		for n, part := range parts {
-			p.Fields = append(p.Fields, "deltaTime", "value")
-			p.FieldCounts = append(p.FieldCounts, 2)
-			p.Scales = append(p.Scales, 0, 2)
-			for range part.Time {
-				p.Body = append(p.Body, int32(n+1))
-			}
-			p.Time, p.V1 = append(p.Time, part.Time...), append(p.V1, part.V1...)
-		}
-		return p
+		return valueBatch(user.AccessID, ids, parts...)
 	}
 	id2 := holder(time.Now().Add(-3 * 24 * time.Hour).Truncate(24 * time.Hour))
 	_, err = q.SeriesAppendColumns(ctx, batchOf([]string{id2, id}, columns(4000, 4300, 7000), columns(3500, 3800, 8000)))
@@ -426,13 +437,10 @@ func TestSeriesRewriteAfterFlush(t *testing.T) {
 	want := map[int64]int64{}
 	write := func(from, to, base int64) {
 		t.Helper()
-		p := db.SeriesAppendColumnsParams{AccessID: user.AccessID, EventIds: []string{id}, Fields: []string{"deltaTime", "value"},
-			FieldCounts: []int32{2}, Scales: []int16{0, 0}}
 		for i := from; i < to; i++ {
-			p.Time, p.V1 = append(p.Time, i*1000000), append(p.V1, base+i)
 			want[i] = base + i
 		}
-		_, err := q.SeriesAppendColumns(ctx, p)
+		_, err := q.SeriesAppendColumns(ctx, valueColumns(user.AccessID, id, from, to, base, 0))
 		require.NoError(t, err)
 	}
 	flush := func() {
