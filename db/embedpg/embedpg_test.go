@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -72,4 +74,14 @@ func TestClusterLifecycle(t *testing.T) {
 		require.Empty(t, preload)
 	}
 	require.Equal(t, map[string]string{"fsync": "off"}, opts.Settings)
+
+	// The server runs with Silo's malloc setting, unless the caller's environment has its own.
+	want := embedpg.MallocTunables
+	if own, ok := os.LookupEnv("GLIBC_TUNABLES"); ok {
+		want = own
+	}
+	environ, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(c3.Pid()), "environ"))
+	require.NoError(t, err)
+	// (glibc cuts the variable at each ':' in place as it reads it, which /proc shows.)
+	require.Contains(t, ":"+strings.ReplaceAll(string(environ), "\x00", ":")+":", ":GLIBC_TUNABLES="+want+":")
 }

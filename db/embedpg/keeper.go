@@ -90,7 +90,7 @@ func keep(specJSON string) int {
 	}
 	cmd := exec.Command(filepath.Join(spec.BinDir, "postgres"), args...)
 	cmd.Dir = spec.Dir
-	cmd.Env = withoutKeeperEnv(os.Environ())
+	cmd.Env = serverEnv(withoutKeeperEnv(os.Environ()))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr // the server log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGINT}
 	if err := cmd.Start(); err != nil {
@@ -157,6 +157,30 @@ func unused(dir string) bool {
 		return false
 	}
 	return true // both stay locked until the keeper exits
+}
+
+// MallocTunables is the server's glibc malloc setting, unless GLIBC_TUNABLES is set already.
+//
+// Why: by default glibc gives memory back to the kernel as soon as 128 kB lie free at the top of
+// a process's heap, and serves every allocation of 128 kB or more (up to a threshold it raises
+// as it goes) from a mapping of its own, unmapped on free. A backend that allocates and frees the
+// same memory over and over then takes a page fault for every page, every time. TimescaleDB's
+// compressor does exactly that for every compressed batch it writes (one compressor per column of
+// series.points, freed after each batch): writing 100 series of 100 points straight into
+// compressed batches cost 2.0 µs a point of CPU, three quarters of it in the kernel, and 0.65 µs
+// with this setting. A backend keeps at most 8 MB of freed memory for its next allocations.
+// A DBA running Silo on a server of their own sets the same in the server's environment.
+const MallocTunables = "glibc.malloc.mmap_threshold=1048576:glibc.malloc.trim_threshold=8388608"
+
+// serverEnv is the environment PostgreSQL runs with: env, and MallocTunables unless env sets
+// GLIBC_TUNABLES itself.
+func serverEnv(env []string) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "GLIBC_TUNABLES=") {
+			return env
+		}
+	}
+	return append(env, "GLIBC_TUNABLES="+MallocTunables)
 }
 
 func withoutKeeperEnv(env []string) []string {

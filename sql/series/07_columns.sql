@@ -45,7 +45,6 @@ DECLARE
     v_same   boolean;
     v_grouped   boolean := false;
     v_ascending boolean := false;
-    v_at     integer;
     a1 bigint[]; a2 bigint[]; a3 bigint[]; a4 bigint[]; a5 bigint[]; a6 bigint[]; a7 bigint[]; a8 bigint[];
 BEGIN
     IF coalesce(cardinality(p_field_counts), 0) <> v_nb OR coalesce(cardinality(p_fields), 0) <> coalesce(cardinality(p_scales), 0)
@@ -74,22 +73,20 @@ BEGIN
     ELSE
         IF v_np > 0 AND array_position(p_body, NULL) IS NULL AND array_position(p_time, NULL) IS NULL
            AND p_body[1] >= 1 AND p_body[v_np] <= v_nb THEN
-            SELECT coalesce(bool_and(s.b1 <= s.b2), true), coalesce(bool_and(s.b1 < s.b2 OR s.t1 < s.t2), true) INTO v_grouped, v_ascending
+            -- The same pass finds where each body starts: the places where the body number changes.
+            SELECT coalesce(bool_and(s.b1 <= s.b2), true), coalesce(bool_and(s.b1 < s.b2 OR s.t1 < s.t2), true),
+                   1 || coalesce(array_agg(s.o + 1) FILTER (WHERE s.b1 <> s.b2), '{}')
+            INTO v_grouped, v_ascending, v_firsts
             FROM (SELECT unnest(p_body[1 : v_np - 1]) AS b1, unnest(p_body[2 : v_np]) AS b2,
-                         unnest(p_time[1 : v_np - 1]) AS t1, unnest(p_time[2 : v_np]) AS t2) s;
+                         unnest(p_time[1 : v_np - 1]) AS t1, unnest(p_time[2 : v_np]) AS t2,
+                         generate_series(1, v_np - 1) AS o) s;
+            -- Grouped, the bodies' numbers ascend from at least 1 to at most v_nb: with v_nb starts,
+            -- they are 1 .. v_nb, each with points. A body without points goes the general way
+            -- below, and is refused after it.
+            v_grouped := v_grouped AND cardinality(v_firsts) = v_nb;
         END IF;
         IF v_grouped THEN
-            -- Where each body starts (array_position from where the body before started); a body
-            -- without points ends the search, and is refused below.
-            v_firsts := '{}';
-            v_at := 1;
-            FOR v_i IN 1 .. v_nb LOOP
-                v_at := array_position(p_body, v_i, v_at);
-                EXIT WHEN v_at IS NULL;
-                v_firsts := v_firsts || v_at;
-            END LOOP;
-            v_counts := ARRAY(SELECT coalesce(v_firsts[i + 1], v_np + 1) - v_firsts[i] FROM generate_series(1, cardinality(v_firsts)) i)
-                        || array_fill(0, ARRAY[v_nb - cardinality(v_firsts)]);
+            v_counts := ARRAY(SELECT coalesce(v_firsts[i + 1], v_np + 1) - v_firsts[i] FROM generate_series(1, v_nb) i);
         ELSE
             SELECT array_agg(coalesce(c.points, 0) ORDER BY g.i), array_agg(c.first ORDER BY g.i) INTO v_counts, v_firsts
             FROM generate_series(1, v_nb) g(i)
