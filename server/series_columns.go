@@ -332,7 +332,7 @@ func micros(m int64, e int) (int64, bool) {
 
 // readFlatColumns reads a flatJSON body for event into columns; nil when it cannot be carried so.
 func readFlatColumns(body []byte, event string) *seriesColumns {
-	c := &seriesColumns{}
+	c := newSeriesColumns(body, false)
 	s := &jsonScan{b: body}
 	if !c.flat(s, event) || s.next() != 0 {
 		return nil
@@ -340,9 +340,27 @@ func readFlatColumns(body []byte, event string) *seriesColumns {
 	return c
 }
 
+// newSeriesColumns makes the columns to read body into, each with room for every point the body
+// may hold: one per '[' in it (a point is an array; so are a body's fields and points).
+func newSeriesColumns(body []byte, batch bool) *seriesColumns {
+	n := bytes.Count(body, []byte{'['})
+	c := &seriesColumns{batch: batch, time: make([]int64, 0, n)}
+	if batch {
+		c.body = make([]int32, 0, n)
+	}
+	return c
+}
+
+// columnCell is a value cell as read: its digits m and exponent e (the value is m × 10^e), or null.
+type columnCell struct {
+	m    int64
+	e    int
+	null bool
+}
+
 // readSeriesBatch reads a seriesBatch body into columns; nil when it cannot be carried so.
 func readSeriesBatch(body []byte) *seriesColumns {
-	c := &seriesColumns{batch: true}
+	c := newSeriesColumns(body, true)
 	s := &jsonScan{b: body}
 	format := false
 	ok := s.object(func(key string) bool {
@@ -397,12 +415,10 @@ func (c *seriesColumns) flat(s *jsonScan, event string) bool {
 	start := len(c.time)
 	ti := -1
 	// The cells of each value column as read (m, e), scaled once the body's scale is known.
-	type cell struct {
-		m    int64
-		e    int
-		null bool
+	cells := &c.cells
+	for k := range cells {
+		cells[k] = cells[k][:0]
 	}
-	var cells [8][]cell
 	ok := s.object(func(key string) bool {
 		switch key {
 		case "format":
@@ -458,11 +474,11 @@ func (c *seriesColumns) flat(s *jsonScan, event string) bool {
 							return false
 						}
 						s.i += 4
-						cells[k] = append(cells[k], cell{null: true})
+						cells[k] = append(cells[k], columnCell{null: true})
 						return true
 					}
 					m, e, ok := s.number()
-					cells[k] = append(cells[k], cell{m: m, e: e})
+					cells[k] = append(cells[k], columnCell{m: m, e: e})
 					return ok
 				})
 				return ok && col == len(fields)
@@ -487,9 +503,10 @@ func (c *seriesColumns) flat(s *jsonScan, event string) bool {
 		if scale > 18 {
 			return false
 		}
-		col := make([]int64, 0, points)
-		if c.v[k] == nil && start > 0 {
-			col = append(col, make([]int64, start)...)
+		col := c.v[k]
+		if col == nil {
+			// The first body with this column: the bodies before it have none (nulls).
+			col = make([]int64, start, max(cap(c.time), start+points))
 			for i := range col {
 				col[i] = nullCell
 			}
@@ -505,7 +522,7 @@ func (c *seriesColumns) flat(s *jsonScan, event string) bool {
 			}
 			col = append(col, x.m*pow10[sh])
 		}
-		c.v[k] = append(c.v[k], col...)
+		c.v[k] = col
 		pos := k
 		if k >= ti {
 			pos++

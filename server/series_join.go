@@ -28,6 +28,7 @@ type seriesColumns struct {
 	time   []int64
 	v      [8][]int64 // value columns; nullCell for null
 	batch  bool
+	cells  [8][]columnCell // a body's cells as read, reused from body to body
 }
 
 // nullCell marks a null value in a column; the query turns it into NULL. Values stay below 10^18 in
