@@ -3,6 +3,7 @@ package db_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -49,6 +50,34 @@ func TestSeriesMetadataMerge(t *testing.T) {
 	require.Equal(t, 3.0, minD)
 	require.Equal(t, 6.0, maxD)
 	require.True(t, updatedRecent)
+}
+
+// Merging a write into its series' pending update rewrites the row in place (a HOT update: no
+// index entry is written), as every write of a series does.
+func TestSeriesPendingUpdateMergedInPlace(t *testing.T) {
+	t.Parallel()
+	b := accountSetup(t)
+	b.tree(t)
+	id := b.seriesHolder(t, "mass/kg")
+	// The transaction's counts (the backend's not yet reported, which may hold earlier
+	// transactions' too: hence the difference).
+	counts := func() (updates, hot int64) {
+		require.NoError(t, b.tx.QueryRow(b.ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+			WHERE relid = 'series.pending_updates'::regclass`).Scan(&updates, &hot))
+		return updates, hot
+	}
+	u0, h0 := counts()
+	for i := range 3 {
+		// A longer cooldown each time, so that each merge moves flush_idle as later writes do.
+		b.setting(t, "series.cooldown", fmt.Sprintf("%d seconds", 10+i))
+		require.NoError(t, b.seriesAppend(t, b.personal, id, fmt.Sprintf(`{"format": "flatJSON", "fields": ["deltaTime", "value"], "points": [[%d, 1]]}`, i)))
+	}
+	var idle float64
+	require.NoError(t, b.tx.QueryRow(b.ctx, `SELECT extract(epoch FROM flush_idle - now()) FROM series.pending_updates`).Scan(&idle))
+	require.Equal(t, 12.0, idle)
+	u1, h1 := counts()
+	require.Equal(t, int64(2), u1-u0)
+	require.Equal(t, int64(2), h1-h0)
 }
 
 // Cooldown and staleLimit decide when an update is flushed; the duration only grows; modifiedBy
