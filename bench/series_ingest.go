@@ -9,7 +9,8 @@ package main
 //     weighed down by the first call of each connection, planned again after the run's TRUNCATE). Baseline: COPY of the same rows (series_id, at, n1, s1:
 //     the columns a point of series:mass/kg fills) into a plain table without indexes, as many
 //     rows per COPY as per request, on as many connections. Targets: ≥ 300,000 points/s and
-//     ≥ 0.5× COPY. Each run writes its own hours near now, into chunks made before it (as a live
+//     ≥ 0.5× COPY. Beside them, the floor under Silo's write (storeRows): the same rows inserted
+//     into series.points as arrays, as Silo stores them, with nothing read or checked. Each run writes its own hours near now, into chunks made before it (as a live
 //     server writes into the day's chunk, made by the day's first write).
 //   - Read: GET of a 1,000,000-point range of one series (flatJSON, streamed), stored as ingestion
 //     stores it (on TimescaleDB straight into compressed batches), against COPY (SELECT the same
@@ -211,6 +212,29 @@ func seriesRate(work [][]seriesReq, send func(seriesReq) error) (float64, error)
 	return float64(done.Load()) / time.Since(start).Seconds(), <-errc
 }
 
+// storeRows inserts rows (series_id, at, n1, s1) into series.points the cheapest way Silo's own
+// writes could: one statement of arrays, sent as Silo's server sends them (int8[] of microseconds,
+// through a connection of db.Open, whose codecs write them in one pass), sorted as they come, on
+// TimescaleDB straight into compressed batches; and no reading, checking, last write wins or
+// bookkeeping. It is the floor under Silo's write of the same points. Its times are a runSpan
+// later than the rows', so that it never meets the points Silo wrote in the same run (native
+// partitions keep a primary key); the next run's TRUNCATE removes them.
+func storeRows(ctx context.Context, bn *bench, rows [][]any) error {
+	series, at, n := make([]int64, len(rows)), make([]int64, len(rows)), make([]int64, len(rows))
+	for i, r := range rows {
+		series[i], at[i], n[i] = r[0].(int64), r[1].(time.Time).Add(runSpan*time.Second).UnixMicro(), r[2].(int64)
+	}
+	return pgx.BeginFunc(ctx, bn.silo, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('timescaledb.enable_direct_compress_insert', 'on', true),
+			set_config('timescaledb.enable_direct_compress_insert_sort_batches', 'off', true)`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO series.points (series_id, at, n1, s1)
+			SELECT s, series_private.us_at(t), v, 2 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) x(s, t, v)`, series, at, n)
+		return err
+	})
+}
+
 // theSeriesBench is the user and holders both series workloads write to, made by the first.
 var theSeriesBench *seriesBench
 
@@ -264,19 +288,20 @@ func seriesWorkload(ctx context.Context, bn *bench, rp *report) error {
 	for _, fig := range figures {
 		log.Printf("%s ...", fig.name)
 		var work [][]seriesReq
-		var siloCPU, rawCPU cpuCost
+		var siloCPU, rawCPU, storeCPU cpuCost
 		res, err := takeTurns(runs, 1,
 			func(run int) error {
 				work = fig.make(run)
 				if _, err := bn.raw.Exec(ctx, `TRUNCATE series.points, series.pending_updates, bench_series_raw`); err != nil {
 					return err
 				}
-				// The chunks of the run's range exist, as the day's chunk does on a live server
-				// (made once a day there, by the day's first write): a point an hour of a series
-				// no holder has, compressed as ingestion compresses.
+				// The chunks of the run's range (and of the range after it, storeRows') exist, as the
+				// day's chunk does on a live server (made once a day there, by the day's first
+				// write): a point an hour of a series no holder has, compressed as ingestion
+				// compresses.
 				return insertCompressed(ctx, bn, `INSERT INTO series.points (series_id, at, n1, s1)
 					SELECT -1, $1::timestamptz + g * interval '1 hour', 0, 0 FROM generate_series(0, $2::int) g`,
-					sb.start.Add(time.Duration(run*runSpan)*time.Second), runSpan/3600+1)
+					sb.start.Add(time.Duration(run*runSpan)*time.Second), 2*runSpan/3600+1)
 			},
 			siloCPU.around(ctx, bn, func() (float64, error) {
 				return seriesRate(work, func(r seriesReq) error { return sb.post(ctx, r) })
@@ -286,15 +311,21 @@ func seriesWorkload(ctx context.Context, bn *bench, rp *report) error {
 					_, err := bn.raw.CopyFrom(ctx, pgx.Identifier{"bench_series_raw"}, cols, pgx.CopyFromRows(r.rows))
 					return err
 				})
+			}),
+			storeCPU.around(ctx, bn, func() (float64, error) {
+				return seriesRate(work, func(r seriesReq) error { return storeRows(ctx, bn, r.rows) })
 			}))
 		if err != nil {
 			return fmt.Errorf("%s: %w", fig.name, err)
 		}
 		rp.throughput(fig.name, "pt/s", "rows/s (COPY)", res[0], res[1], seriesIngestTarget, 0)
 		ratio := median(res[0]) / median(res[1])
+		store := median(res[2]) / median(res[1])
 		rp.notes = append(rp.notes,
 			fmt.Sprintf("%s: ratio to COPY %.2f× (target ≥ %.1f×: %s)", fig.name, ratio, seriesRatioTo, verdict(ratio >= seriesRatioTo)),
-			fmt.Sprintf("%s: CPU per point, medians of the runs: Silo %s; COPY %s", fig.name, siloCPU.String(), rawCPU.String()))
+			fmt.Sprintf("%s: CPU per point, medians of the runs: Silo %s; COPY %s", fig.name, siloCPU.String(), rawCPU.String()),
+			fmt.Sprintf("%s: the same rows inserted as arrays straight into series.points, as Silo stores them, without reading or checking: %.0f rows/s, %.2f× COPY (runs [%s]); CPU per point %s",
+				fig.name, median(res[2]), store, list(res[2], "%.0f"), storeCPU.String()))
 	}
 	_, err = bn.raw.Exec(ctx, `TRUNCATE series.points, series.pending_updates; DROP TABLE bench_series_raw`)
 	return err
