@@ -4,14 +4,16 @@ package main
 // 1 Hz, 2-decimal readings that drift (a random walk of steps of at most 0.02).
 //   - Ingest over HTTP: POST /{username}/events/{id}/series, flatJSON, 1,000 and 10,000 points per
 //     request, seriesClients clients each on its own series; POST /{username}/series/batch with 100
-//     series of 100 points per request, each client its own 100 series, 10 requests a client a
-//     run (a run of 3 lasted a tenth of a second, too short for the CPU counters' 10 ms ticks and
-//     weighed down by the first call of each connection, planned again after the run's TRUNCATE). Baseline: COPY of the same rows (series_id, at, n1, s1:
-//     the columns a point of series:mass/kg fills) into a plain table without indexes, as many
-//     rows per COPY as per request, on as many connections. Targets: ≥ 300,000 points/s and
-//     ≥ 0.5× COPY. Beside them, the floor under Silo's write (storeRows): the same rows inserted
-//     into series.points as arrays, as Silo stores them, with nothing read or checked. Each run writes its own hours near now, into chunks made before it (as a live
-//     server writes into the day's chunk, made by the day's first write).
+//     series of 100 points per request, each client its own 100 series, 10 requests a client a run
+//     (a run of 3 lasted a tenth of a second, too short for the CPU counters' 10 ms ticks and
+//     weighed down by the first call of each connection, planned again after the run's TRUNCATE).
+//     Baseline: COPY of the same rows (series_id, at, n1, s1: the columns a point of
+//     series:mass/kg fills) into a plain table without indexes, as many rows per COPY as per
+//     request, on as many connections. Targets: ≥ 300,000 points/s and ≥ 0.5× COPY. Beside them,
+//     the floor under Silo's write (storeRows): the same rows inserted into series.points as
+//     arrays, as Silo stores them, with nothing read or checked. Each run writes its own hours
+//     near now, into chunks made before it (as a live server writes into the day's chunk, made by
+//     the day's first write).
 //   - Read: GET of a 1,000,000-point range of one series (flatJSON, streamed), stored as ingestion
 //     stores it (on TimescaleDB straight into compressed batches), against COPY (SELECT the same
 //     columns) TO STDOUT. Target ≥ 1,000,000 points/s.
