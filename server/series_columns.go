@@ -351,13 +351,6 @@ func newSeriesColumns(body []byte, batch bool) *seriesColumns {
 	return c
 }
 
-// columnCell is a value cell as read: its digits m and exponent e (the value is m × 10^e), or null.
-type columnCell struct {
-	m    int64
-	e    int
-	null bool
-}
-
 // readSeriesBatch reads a seriesBatch body into columns; nil when it cannot be carried so.
 func readSeriesBatch(body []byte) *seriesColumns {
 	c := newSeriesColumns(body, true)
