@@ -337,6 +337,7 @@ func readFlatColumns(body []byte, event string) *seriesColumns {
 	if !c.flat(s, event) || s.next() != 0 {
 		return nil
 	}
+	c.cells = [8][]columnCell{} // read: not kept while the call runs
 	return c
 }
 
@@ -397,6 +398,7 @@ func readSeriesBatch(body []byte) *seriesColumns {
 	if !ok || !format || s.next() != 0 || len(c.events) == 0 {
 		return nil
 	}
+	c.cells = [8][]columnCell{}
 	return c
 }
 
