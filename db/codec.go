@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"encoding/binary"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -31,60 +32,45 @@ func (c intArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value
 		switch value.(type) {
 		case []int64:
 			if oid == pgtype.Int8ArrayOID {
-				return int8ArrayPlan{}
+				return intArrayPlan[int64]{pgtype.Int8OID}
 			}
 		case []int32:
 			if oid == pgtype.Int4ArrayOID {
-				return int4ArrayPlan{}
+				return intArrayPlan[int32]{pgtype.Int4OID}
 			}
 		}
 	}
 	return c.Codec.PlanEncode(m, oid, format, value)
 }
 
-// arrayHeader writes the start of PostgreSQL's binary array of n elements of type elem: dimensions,
-// a null flag, the element type, the dimension's length and lower bound. Every element then
-// follows as its length and its bytes.
-func arrayHeader(buf []byte, elem uint32, n int) []byte {
+// intArrayPlan writes a []T as an array of elem (int8 for int64, int4 for int32).
+type intArrayPlan[T int32 | int64] struct{ elem uint32 }
+
+// Encode writes PostgreSQL's binary array: dimensions, a null flag, the element type, the
+// dimension's length and lower bound, then every element as its length and its bytes. A nil
+// slice is NULL, as pgx encodes it.
+func (p intArrayPlan[T]) Encode(value any, buf []byte) ([]byte, error) {
+	xs := value.([]T)
+	if xs == nil {
+		return nil, nil
+	}
+	size := int(unsafe.Sizeof(T(0)))
 	buf = binary.BigEndian.AppendUint32(buf, 1)
 	buf = binary.BigEndian.AppendUint32(buf, 0)
-	buf = binary.BigEndian.AppendUint32(buf, elem)
-	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
-	return binary.BigEndian.AppendUint32(buf, 1)
-}
-
-type int8ArrayPlan struct{}
-
-// Encode writes xs as int8[]; a nil slice is NULL, as pgx encodes it.
-func (int8ArrayPlan) Encode(value any, buf []byte) ([]byte, error) {
-	xs := value.([]int64)
-	if xs == nil {
-		return nil, nil
-	}
-	buf = arrayHeader(buf, pgtype.Int8OID, len(xs))
-	buf = append(buf, make([]byte, 12*len(xs))...)
-	out := buf[len(buf)-12*len(xs):]
+	buf = binary.BigEndian.AppendUint32(buf, p.elem)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(xs)))
+	buf = binary.BigEndian.AppendUint32(buf, 1)
+	step := 4 + size
+	buf = append(buf, make([]byte, step*len(xs))...)
+	out := buf[len(buf)-step*len(xs):]
 	for i, x := range xs {
-		binary.BigEndian.PutUint32(out[12*i:], 8)
-		binary.BigEndian.PutUint64(out[12*i+4:], uint64(x))
-	}
-	return buf, nil
-}
-
-type int4ArrayPlan struct{}
-
-// Encode writes xs as int4[]; a nil slice is NULL, as pgx encodes it.
-func (int4ArrayPlan) Encode(value any, buf []byte) ([]byte, error) {
-	xs := value.([]int32)
-	if xs == nil {
-		return nil, nil
-	}
-	buf = arrayHeader(buf, pgtype.Int4OID, len(xs))
-	buf = append(buf, make([]byte, 8*len(xs))...)
-	out := buf[len(buf)-8*len(xs):]
-	for i, x := range xs {
-		binary.BigEndian.PutUint32(out[8*i:], 4)
-		binary.BigEndian.PutUint32(out[8*i+4:], uint32(x))
+		e := out[step*i:]
+		binary.BigEndian.PutUint32(e, uint32(size))
+		if size == 8 {
+			binary.BigEndian.PutUint64(e[4:], uint64(x))
+		} else {
+			binary.BigEndian.PutUint32(e[4:], uint32(x))
+		}
 	}
 	return buf, nil
 }
