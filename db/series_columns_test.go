@@ -36,13 +36,7 @@ func TestSeriesColumnsBodyNumbers(t *testing.T) {
 		_, err := q.SeriesAppendColumns(ctx, p)
 		return err
 	}
-	points := func(id string) string {
-		out, err := q.SeriesGet(ctx, db.SeriesGetParams{AccessID: user.AccessID, EventID: id, Relative: true, TimeField: "deltaTime"})
-		require.NoError(t, err)
-		var v struct{ Points json.RawMessage }
-		require.NoError(t, json.Unmarshal(out, &v))
-		return string(v.Points)
-	}
+	points := func(id string) string { return string(storedPoints[json.RawMessage](t, q, user.AccessID, id)) }
 	state := func(err error) string {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {

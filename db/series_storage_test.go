@@ -34,6 +34,17 @@ func storeUser(t *testing.T, q *db.Queries, name string) (db.AccountUserCreateRo
 	}
 }
 
+// storedPoints reads the points of holder id as access, deltaTime first, as api.series_get gives
+// them (flatJSON's points), into a T.
+func storedPoints[T any](t *testing.T, q *db.Queries, access, id string) T {
+	t.Helper()
+	out, err := q.SeriesGet(context.Background(), db.SeriesGetParams{AccessID: access, EventID: id, Relative: true, TimeField: "deltaTime"})
+	require.NoError(t, err)
+	var v struct{ Points T }
+	require.NoError(t, json.Unmarshal(out, &v))
+	return v.Points
+}
+
 // valueColumns is a typed body of holder id (a single-value type such as mass/kg) written by access:
 // points at deltaTime from .. to-1 seconds, the value at point i base + i at the given scale.
 func valueColumns(access, id string, from, to, base int64, scale int16) db.SeriesAppendColumnsParams {
@@ -92,13 +103,7 @@ func testSeriesStorage(t *testing.T, pool *pgxpool.Pool, want string) {
 		_, err = q.SeriesAppend(ctx, db.SeriesAppendParams{AccessID: user.AccessID, EventID: id, Data: body})
 		require.NoError(t, err)
 	}
-	read := func(id string) [][]float64 {
-		out, err := q.SeriesGet(ctx, db.SeriesGetParams{AccessID: user.AccessID, EventID: id, Relative: true, TimeField: "deltaTime"})
-		require.NoError(t, err)
-		var v struct{ Points [][]float64 }
-		require.NoError(t, json.Unmarshal(out, &v))
-		return v.Points
-	}
+	read := func(id string) [][]float64 { return storedPoints[[][]float64](t, q, user.AccessID, id) }
 	var wantPoints [][]float64
 	require.NoError(t, json.Unmarshal([]byte("["+pts.String()+"]"), &wantPoints))
 	require.Equal(t, wantPoints, read(a))
@@ -211,14 +216,11 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 	}
 	check := func() {
 		t.Helper()
-		out, err := q.SeriesGet(ctx, db.SeriesGetParams{AccessID: user.AccessID, EventID: id, Relative: true, TimeField: "deltaTime"})
-		require.NoError(t, err)
-		var v struct{ Points [][]float64 }
-		require.NoError(t, json.Unmarshal(out, &v))
-		require.Len(t, v.Points, len(want))
-		for i, p := range v.Points {
+		points := storedPoints[[][]float64](t, q, user.AccessID, id)
+		require.Len(t, points, len(want))
+		for i, p := range points {
 			if i > 0 {
-				require.Less(t, v.Points[i-1][0], p[0], "points in time order, each once")
+				require.Less(t, points[i-1][0], p[0], "points in time order, each once")
 			}
 			require.Equal(t, want[int64(p[0])], p[1], "the point at %v", p[0])
 		}
@@ -311,12 +313,9 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 	require.NoError(t, err)
 	expect(3500, 3800, 8000)
 	check()
-	out, err := q.SeriesGet(ctx, db.SeriesGetParams{AccessID: user.AccessID, EventID: id2, Relative: true, TimeField: "deltaTime"})
-	require.NoError(t, err)
-	var other struct{ Points [][]float64 }
-	require.NoError(t, json.Unmarshal(out, &other))
-	require.Len(t, other.Points, 300)
-	for i, p := range other.Points {
+	other := storedPoints[[][]float64](t, q, user.AccessID, id2)
+	require.Len(t, other, 300)
+	for i, p := range other {
 		require.Equal(t, []float64{float64(4000 + i), float64(7000+4000+i) / 100}, p)
 	}
 	_, err = q.SeriesAppendColumns(ctx, batchOf([]string{id, id}, columns(5000, 5400, 100), columns(5200, 5600, 300)))
@@ -411,13 +410,7 @@ func TestSeriesColumnsBatchOfTypes(t *testing.T) {
 		Body: []int32{1, 2, 3}, Time: []int64{0, 0, 0},
 		V1: []int64{705, 4650, 71}, V2: []int64{math.MinInt64, 660, math.MinInt64}})
 	require.NoError(t, err)
-	get := func(id string) string {
-		out, err := q.SeriesGet(ctx, db.SeriesGetParams{AccessID: user.AccessID, EventID: id, Relative: true, TimeField: "deltaTime"})
-		require.NoError(t, err)
-		var v struct{ Points json.RawMessage }
-		require.NoError(t, json.Unmarshal(out, &v))
-		return string(v.Points)
-	}
+	get := func(id string) string { return string(storedPoints[json.RawMessage](t, q, user.AccessID, id)) }
 	require.JSONEq(t, `[[0, 70.5]]`, get(mass1))
 	require.JSONEq(t, `[[0, 46.5, 6.6, null, null, null, null, null]]`, get(pos), "latitude, longitude, and the optional fields")
 	require.JSONEq(t, `[[0, 71]]`, get(mass2))
@@ -456,12 +449,9 @@ func TestSeriesRewriteAfterFlush(t *testing.T) {
 	}
 	check := func() {
 		t.Helper()
-		out, err := q.SeriesGet(ctx, db.SeriesGetParams{AccessID: user.AccessID, EventID: id, Relative: true, TimeField: "deltaTime"})
-		require.NoError(t, err)
-		var v struct{ Points [][]int64 }
-		require.NoError(t, json.Unmarshal(out, &v))
-		require.Len(t, v.Points, len(want), "one point per time")
-		for _, p := range v.Points {
+		points := storedPoints[[][]int64](t, q, user.AccessID, id)
+		require.Len(t, points, len(want), "one point per time")
+		for _, p := range points {
 			require.Equal(t, want[p[0]], p[1], "the point at %d", p[0])
 		}
 	}
