@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const (
@@ -226,15 +227,8 @@ func storeRows(ctx context.Context, bn *bench, rows [][]any) error {
 	for i, r := range rows {
 		series[i], at[i], n[i] = r[0].(int64), r[1].(time.Time).Add(runSpan*time.Second).UnixMicro(), r[2].(int64)
 	}
-	return pgx.BeginFunc(ctx, bn.silo, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('timescaledb.enable_direct_compress_insert', 'on', true),
-			set_config('timescaledb.enable_direct_compress_insert_sort_batches', 'off', true)`); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO series.points (series_id, at, n1, s1)
-			SELECT s, series_private.us_at(t), v, 2 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) x(s, t, v)`, series, at, n)
-		return err
-	})
+	return insertCompressed(ctx, bn.silo, true, `INSERT INTO series.points (series_id, at, n1, s1)
+		SELECT s, series_private.us_at(t), v, 2 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) x(s, t, v)`, series, at, n)
 }
 
 // theSeriesBench is the user and holders both series workloads write to, made by the first.
@@ -301,7 +295,7 @@ func seriesWorkload(ctx context.Context, bn *bench, rp *report) error {
 				// day's chunk does on a live server (made once a day there, by the day's first
 				// write): a point an hour of a series no holder has, compressed as ingestion
 				// compresses.
-				return insertCompressed(ctx, bn, `INSERT INTO series.points (series_id, at, n1, s1)
+				return insertCompressed(ctx, bn.raw, false, `INSERT INTO series.points (series_id, at, n1, s1)
 					SELECT -1, $1::timestamptz + g * interval '1 hour', 0, 0 FROM generate_series(0, $2::int) g`,
 					sb.start.Add(time.Duration(run*runSpan)*time.Second), 2*runSpan/3600+1)
 			},
@@ -344,11 +338,13 @@ func seriesStoreWorkload(ctx context.Context, bn *bench, rp *report) error {
 	return sb.space(ctx, rp)
 }
 
-// insertCompressed runs insert as ingestion stores a feed on TimescaleDB: straight into compressed
-// batches (a setting without effect elsewhere).
-func insertCompressed(ctx context.Context, bn *bench, insert string, args ...any) error {
-	return pgx.BeginFunc(ctx, bn.raw, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('timescaledb.enable_direct_compress_insert', 'on', true)`); err != nil {
+// insertCompressed runs insert on pool as ingestion stores a feed on TimescaleDB: straight into
+// compressed batches (a setting without effect elsewhere); sorted: the rows come sorted by series
+// and time, so the compressor need not sort them (as Silo's writers tell it).
+func insertCompressed(ctx context.Context, pool *pgxpool.Pool, sorted bool, insert string, args ...any) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('timescaledb.enable_direct_compress_insert', 'on', true),
+			set_config('timescaledb.enable_direct_compress_insert_sort_batches', CASE WHEN $1 THEN 'off' ELSE 'on' END, true)`, sorted); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, insert, args...)
@@ -365,7 +361,7 @@ const feedSQL = `
 func (sb *seriesBench) read(ctx context.Context, rp *report) error {
 	bn := sb.bn
 	log.Printf("GET series, %d points ...", seriesReadPoints)
-	if err := insertCompressed(ctx, bn, `INSERT INTO series.points (series_id, at, n1, s1)
+	if err := insertCompressed(ctx, bn.raw, false, `INSERT INTO series.points (series_id, at, n1, s1)
 		SELECT $3, $4::timestamptz + f.i * interval '1 second', f.v, 2 FROM (`+feedSQL+`) f`,
 		1, seriesReadPoints, sb.series[0], sb.start); err != nil {
 		return err
