@@ -334,10 +334,9 @@ func micros(m int64, e int) (int64, bool) {
 func readFlatColumns(body []byte, event string) *seriesColumns {
 	c := newSeriesColumns(body, false)
 	s := &jsonScan{b: body}
-	if !c.flat(s, event) || s.next() != 0 {
+	if !c.flat(s, event, &[8][]columnCell{}) || s.next() != 0 {
 		return nil
 	}
-	c.cells = [8][]columnCell{} // read: not kept while the call runs
 	return c
 }
 
@@ -352,9 +351,17 @@ func newSeriesColumns(body []byte, batch bool) *seriesColumns {
 	return c
 }
 
+// columnCell is a value cell as read: its digits m and exponent e (the value is m × 10^e), or null.
+type columnCell struct {
+	m    int64
+	e    int
+	null bool
+}
+
 // readSeriesBatch reads a seriesBatch body into columns; nil when it cannot be carried so.
 func readSeriesBatch(body []byte) *seriesColumns {
 	c := newSeriesColumns(body, true)
+	var cells [8][]columnCell // each body's, reused from body to body
 	s := &jsonScan{b: body}
 	format := false
 	ok := s.object(func(key string) bool {
@@ -389,7 +396,7 @@ func readSeriesBatch(body []byte) *seriesColumns {
 				if !ok || event == "" || data == nil {
 					return false
 				}
-				return c.flat(&jsonScan{b: data}, event)
+				return c.flat(&jsonScan{b: data}, event, &cells)
 			})
 		default:
 			return s.skip()
@@ -398,19 +405,18 @@ func readSeriesBatch(body []byte) *seriesColumns {
 	if !ok || !format || s.next() != 0 || len(c.events) == 0 {
 		return nil
 	}
-	c.cells = [8][]columnCell{}
 	return c
 }
 
 // flat reads one flatJSON body for event and appends it to c.
-func (c *seriesColumns) flat(s *jsonScan, event string) bool {
+func (c *seriesColumns) flat(s *jsonScan, event string, cells *[8][]columnCell) bool {
 	var fields []string
 	format, havePoints := false, false
 	n := int32(len(c.events) + 1)
 	start := len(c.time)
 	ti := -1
-	// The cells of each value column as read (m, e), scaled once the body's scale is known.
-	cells := &c.cells
+	// The cells of each value column as read (m, e), scaled once the body's scale is known; cells
+	// is the caller's room for them, emptied here.
 	for k := range cells {
 		cells[k] = cells[k][:0]
 	}

@@ -28,14 +28,6 @@ type seriesColumns struct {
 	time   []int64
 	v      [8][]int64 // value columns; nullCell for null
 	batch  bool
-	cells  [8][]columnCell // a body's cells as read, reused from body to body
-}
-
-// columnCell is a value cell as read: its digits m and exponent e (the value is m × 10^e), or null.
-type columnCell struct {
-	m    int64
-	e    int
-	null bool
 }
 
 // nullCell marks a null value in a column; the query turns it into NULL. Values stay below 10^18 in
