@@ -70,3 +70,40 @@ func TestSeriesColumnsBodyNumbers(t *testing.T) {
 	}
 	require.JSONEq(t, `[[1, 101], [2, 102], [3, 103], [4, 104], [5, 105]]`, points(a), "nothing of a refused call is stored")
 }
+
+// Each body of a batch has its own scales, also when the bodies are alike (one type, the same
+// fields: read in one statement); a scale out of range is refused, naming its body.
+func TestSeriesColumnsBodyScales(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := db.New(dbtest.Pool(t))
+	user, holder := storeUser(t, q, "bodyscales")
+	at := time.Now().Add(-time.Hour).Truncate(time.Second)
+	ids := []string{holder(at), holder(at), holder(at)}
+	batch := func(scales ...int16) db.SeriesAppendColumnsParams {
+		var parts []db.SeriesAppendColumnsParams
+		for i, s := range scales {
+			parts = append(parts, valueColumns(user.AccessID, ids[i], 0, 2, 1000, s))
+		}
+		return valueBatch(user.AccessID, ids, parts...)
+	}
+	_, err := q.SeriesAppendColumns(ctx, batch(0, 1, 3))
+	require.NoError(t, err)
+	for i, want := range []string{`[[0, 1000], [1, 1001]]`, `[[0, 100], [1, 100.1]]`, `[[0, 1], [1, 1.001]]`} {
+		require.JSONEq(t, want, string(storedPoints[json.RawMessage](t, q, user.AccessID, ids[i])), "body %d", i)
+	}
+	for _, bad := range []struct {
+		scales []int16
+		want   string
+	}{
+		{[]int16{2, 2, 19}, "data[2]: the scale of field value is between 0 and 18"},
+		{[]int16{2, -1, 2}, "data[1]: the scale of field value is between 0 and 18"},
+		{[]int16{19, 2, 2}, "data[0]: the scale of field value is between 0 and 18"},
+	} {
+		_, err := q.SeriesAppendColumns(ctx, batch(bad.scales...))
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, "%v", bad.scales)
+		require.Equal(t, "SAINV", pgErr.Code)
+		require.Equal(t, bad.want, pgErr.Message)
+	}
+}

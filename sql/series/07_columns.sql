@@ -43,6 +43,8 @@ DECLARE
     v_pnames text[];
     v_fidx   integer[];
     v_same   boolean;
+    v_alike  boolean;
+    v_others series_private.body[];
     v_grouped   boolean := false;
     v_ascending boolean := false;
     a1 bigint[]; a2 bigint[]; a3 bigint[]; a4 bigint[]; a5 bigint[]; a6 bigint[]; a7 bigint[]; a8 bigint[];
@@ -72,18 +74,19 @@ BEGIN
         END IF;
     ELSE
         IF v_np > 0 AND array_position(p_body, NULL) IS NULL AND array_position(p_time, NULL) IS NULL
-           AND p_body[1] >= 1 AND p_body[v_np] <= v_nb THEN
-            -- The same pass finds where each body starts: the places where the body number changes.
-            SELECT coalesce(bool_and(s.b1 <= s.b2), true), coalesce(bool_and(s.b1 < s.b2 OR s.t1 < s.t2), true),
-                   1 || coalesce(array_agg(s.o + 1) FILTER (WHERE s.b1 <> s.b2), '{}')
-            INTO v_grouped, v_ascending, v_firsts
+           AND p_body[1] = 1 AND p_body[v_np] = v_nb THEN
+            SELECT coalesce(bool_and(s.b1 < s.b2 OR s.b1 = s.b2 AND s.t1 < s.t2), true) INTO v_ascending
             FROM (SELECT unnest(p_body[1 : v_np - 1]) AS b1, unnest(p_body[2 : v_np]) AS b2,
-                         unnest(p_time[1 : v_np - 1]) AS t1, unnest(p_time[2 : v_np]) AS t2,
-                         generate_series(1, v_np - 1) AS o) s;
-            -- Grouped, the bodies' numbers ascend from at least 1 to at most v_nb: with v_nb starts,
-            -- they are 1 .. v_nb, each with points. A body without points goes the general way
-            -- below, and is refused after it.
-            v_grouped := v_grouped AND cardinality(v_firsts) = v_nb;
+                         unnest(p_time[1 : v_np - 1]) AS t1, unnest(p_time[2 : v_np]) AS t2) s;
+            IF v_ascending THEN
+                -- The body numbers ascend from 1 to the last: where body k starts, a binary search
+                -- finds (width_bucket: the points before it are those numbered below k). Each body
+                -- with points, they are grouped. A body without points goes the general way below,
+                -- and is refused after it.
+                v_firsts := ARRAY(SELECT width_bucket(k - 1, p_body) + 1 FROM generate_series(1, v_nb) k);
+                v_grouped := NOT EXISTS (SELECT FROM generate_series(1, v_nb - 1) k WHERE v_firsts[k + 1] <= v_firsts[k]);
+                v_ascending := v_grouped;
+            END IF;
         END IF;
         IF v_grouped THEN
             v_counts := ARRAY(SELECT coalesce(v_firsts[i + 1], v_np + 1) - v_firsts[i] FROM generate_series(1, v_nb) i);
@@ -97,6 +100,12 @@ BEGIN
             END IF;
         END IF;
     END IF;
+    -- Whether the bodies are alike: every event a series holder of the first's type, every body
+    -- with points and the first body's fields.
+    v_alike := v_nb > 1 AND 0 < ALL (v_counts) AND p_field_counts = array_fill(p_field_counts[1], ARRAY[v_nb])
+               AND (SELECT bool_and(h.id IS NOT NULL AND h.type = (v_holders[1]).type) FROM unnest(v_holders) h)
+               AND NOT EXISTS (SELECT FROM unnest(p_fields) WITH ORDINALITY f(name, o)
+                               WHERE f.name IS DISTINCT FROM p_fields[(f.o - 1) % nullif(p_field_counts[1], 0) + 1]);
     FOR v_i IN 1 .. v_nb LOOP
         v_where := CASE WHEN p_batch THEN format('data[%s]: ', v_i - 1) ELSE '' END;
         v_holder := v_holders[v_i];
@@ -108,13 +117,8 @@ BEGIN
         -- checks of its fields hold, only its holder and its scales are its own.
         v_same := v_holder.type IS NOT DISTINCT FROM v_type AND v_names IS NOT DISTINCT FROM v_pnames AND v_counts[v_i] > 0;
         IF v_same THEN
-            v_scales := ARRAY[p_scales[v_off + 1 + v_fidx[1]], p_scales[v_off + 1 + v_fidx[2]], p_scales[v_off + 1 + v_fidx[3]],
-                              p_scales[v_off + 1 + v_fidx[4]], p_scales[v_off + 1 + v_fidx[5]], p_scales[v_off + 1 + v_fidx[6]],
-                              p_scales[v_off + 1 + v_fidx[7]], p_scales[v_off + 1 + v_fidx[8]]];
-            v_same := (v_fidx[1] IS NULL OR v_scales[1] BETWEEN 0 AND 18) AND (v_fidx[2] IS NULL OR v_scales[2] BETWEEN 0 AND 18)
-                      AND (v_fidx[3] IS NULL OR v_scales[3] BETWEEN 0 AND 18) AND (v_fidx[4] IS NULL OR v_scales[4] BETWEEN 0 AND 18)
-                      AND (v_fidx[5] IS NULL OR v_scales[5] BETWEEN 0 AND 18) AND (v_fidx[6] IS NULL OR v_scales[6] BETWEEN 0 AND 18)
-                      AND (v_fidx[7] IS NULL OR v_scales[7] BETWEEN 0 AND 18) AND (v_fidx[8] IS NULL OR v_scales[8] BETWEEN 0 AND 18);
+            v_scales := series_private.body_scales(p_scales, v_off, v_fidx);
+            v_same := v_scales IS NOT NULL;
         END IF;
         IF v_same THEN
             v_body.n := v_i;
@@ -166,6 +170,23 @@ BEGIN
         v_map := v_body.idx;
         v_bodies := v_bodies || v_body;
         v_off := v_off + p_field_counts[v_i];
+        IF v_i = 1 AND v_alike THEN
+            -- The other bodies of a batch of one type whose bodies name the same fields (the usual
+            -- seriesBatch): each as the first branch above takes it, in one statement.
+            SELECT array_agg(ROW(h.i, h.series_id, h.user_id, h.id, v_body.author, series_private.holder_us(h.time), v_body.abs,
+                                 v_body.tname, v_body.nf, v_firsts[h.i], v_body.idx, v_body.kinds, v_body.reqs, v_body.fnames,
+                                 CASE WHEN p_batch THEN 'data[' || h.i - 1 || ']: ' ELSE '' END, to_jsonb(h.scales))::series_private.body
+                             ORDER BY h.i),
+                   bool_and(h.scales IS NOT NULL)
+            INTO v_others, v_same
+            FROM (SELECT u.ordinality::integer AS i, u.series_id, u.user_id, u.id, u.time,
+                         series_private.body_scales(p_scales, (u.ordinality::integer - 1) * p_field_counts[1], v_fidx) AS scales
+                  FROM unnest(v_holders) WITH ORDINALITY u WHERE u.ordinality > 1) h;
+            IF v_same THEN
+                v_bodies := v_bodies || v_others;
+                EXIT;
+            END IF;
+        END IF;
     END LOOP;
     IF v_nb = 0 THEN
         RETURN '{"status": "ok"}';
@@ -221,3 +242,22 @@ AS $$
                     WHEN 5 THEN p_v5 WHEN 6 THEN p_v6 WHEN 7 THEN p_v7 WHEN 8 THEN p_v8 END;
 $$;
 COMMENT ON FUNCTION series_private.pick_one(integer, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint) IS 'p_v<p_k>: a point''s value in column p_k (NULL for p_k NULL or out of 1 to 8). Raises nothing.';
+
+-- The scales of a body's fields by position, from api.series_append_columns' p_scales.
+CREATE FUNCTION series_private.body_scales(p_scales smallint[], p_off integer, p_idx integer[])
+RETURNS smallint[]
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN (p_idx[1] IS NULL OR p_scales[p_off + 1 + p_idx[1]] BETWEEN 0 AND 18)
+                     AND (p_idx[2] IS NULL OR p_scales[p_off + 1 + p_idx[2]] BETWEEN 0 AND 18)
+                     AND (p_idx[3] IS NULL OR p_scales[p_off + 1 + p_idx[3]] BETWEEN 0 AND 18)
+                     AND (p_idx[4] IS NULL OR p_scales[p_off + 1 + p_idx[4]] BETWEEN 0 AND 18)
+                     AND (p_idx[5] IS NULL OR p_scales[p_off + 1 + p_idx[5]] BETWEEN 0 AND 18)
+                     AND (p_idx[6] IS NULL OR p_scales[p_off + 1 + p_idx[6]] BETWEEN 0 AND 18)
+                     AND (p_idx[7] IS NULL OR p_scales[p_off + 1 + p_idx[7]] BETWEEN 0 AND 18)
+                     AND (p_idx[8] IS NULL OR p_scales[p_off + 1 + p_idx[8]] BETWEEN 0 AND 18)
+                THEN ARRAY[p_scales[p_off + 1 + p_idx[1]], p_scales[p_off + 1 + p_idx[2]], p_scales[p_off + 1 + p_idx[3]],
+                           p_scales[p_off + 1 + p_idx[4]], p_scales[p_off + 1 + p_idx[5]], p_scales[p_off + 1 + p_idx[6]],
+                           p_scales[p_off + 1 + p_idx[7]], p_scales[p_off + 1 + p_idx[8]]] END;
+$$;
+COMMENT ON FUNCTION series_private.body_scales(smallint[], integer, integer[]) IS 'The scales of a body''s fields by position 1 to 8 (NULL where the body has no such field): p_scales[p_off + 1 + p_idx[p]], p_idx[p] being the column (from 0, the time column counted) of position p in a body whose fields start after p_off in api.series_append_columns'' p_fields and p_scales. NULL when a field''s scale is not between 0 and 18. Raises nothing.';
