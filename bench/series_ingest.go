@@ -5,12 +5,12 @@ package main
 //   - Ingest over HTTP: POST /{username}/events/{id}/series, flatJSON, 1,000 and 10,000 points per
 //     request, seriesClients clients each on its own series; POST /{username}/series/batch with 100
 //     series of 100 points per request, each client its own 100 series, 10 requests a client a run
-//     (a run of 3 lasted a tenth of a second, too short for the CPU counters' 10 ms ticks and
-//     weighed down by the first call of each connection, planned again after the run's TRUNCATE).
+//     (a run of 3 lasted a tenth of a second, too short for the CPU counters' 10 ms ticks). The
+//     series start empty for each figure, not for each run (a TRUNCATE makes the server plan again).
 //     Baseline: COPY of the same rows (series_id, at, n1, s1: the columns a point of
 //     series:mass/kg fills) into a plain table without indexes, as many rows per COPY as per
 //     request, on as many connections. Targets: ≥ 300,000 points/s and ≥ 0.5× COPY. Beside them,
-//     the floor under Silo's write (storeRows): the same rows inserted into series.points as
+//     the floor under Silo's write (storeRows): the same rows inserted into series.points1 as
 //     arrays, as Silo stores them, with nothing read or checked. Each run writes its own hours
 //     near now, into chunks made before it (as a live server writes into the day's chunk, made by
 //     the day's first write).
@@ -219,7 +219,7 @@ func seriesRate(work [][]seriesReq, send func(seriesReq) error) (float64, error)
 	return float64(done.Load()) / time.Since(start).Seconds(), <-errc
 }
 
-// storeRows inserts rows (series_id, at, n1, s1) into series.points the cheapest way Silo's own
+// storeRows inserts rows (series_id, at, n1, s1) into series.points1 the cheapest way Silo's own
 // writes could: one statement of arrays, sent as Silo's server sends them (int8[] of microseconds,
 // through a connection of db.Open, whose codecs write them in one pass), sorted as they come, on
 // TimescaleDB straight into compressed batches; and no reading, checking, last write wins or
@@ -231,7 +231,7 @@ func storeRows(ctx context.Context, bn *bench, rows [][]any) error {
 	for i, r := range rows {
 		series[i], at[i], n[i] = r[0].(int64), r[1].(time.Time).Add(runSpan*time.Second).UnixMicro(), r[2].(int64)
 	}
-	return insertCompressed(ctx, bn.silo, true, `INSERT INTO series.points (series_id, at, n1, s1)
+	return insertCompressed(ctx, bn.silo, true, `INSERT INTO series.points1 (series_id, at, n1, s1)
 		SELECT s, series_private.us_at(t), v, 2 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) x(s, t, v)`, series, at, n)
 }
 
@@ -298,7 +298,7 @@ func seriesWorkload(ctx context.Context, bn *bench, rp *report) error {
 				// 100-series batches that cost 0.5 µs a point, a quarter of the write).
 				truncate := `TRUNCATE bench_series_raw`
 				if run == 0 {
-					truncate = `TRUNCATE series.points, series.pending_updates, bench_series_raw`
+					truncate = `TRUNCATE series.points, series.points1, series.pending_updates, bench_series_raw`
 				}
 				if _, err := bn.raw.Exec(ctx, truncate); err != nil {
 					return err
@@ -307,7 +307,7 @@ func seriesWorkload(ctx context.Context, bn *bench, rp *report) error {
 				// day's chunk does on a live server (made once a day there, by the day's first
 				// write): a point an hour of a series no holder has, compressed as ingestion
 				// compresses.
-				return insertCompressed(ctx, bn.raw, false, `INSERT INTO series.points (series_id, at, n1, s1)
+				return insertCompressed(ctx, bn.raw, false, `INSERT INTO series.points1 (series_id, at, n1, s1)
 					SELECT -1, $1::timestamptz + g * interval '1 hour', 0, 0 FROM generate_series(0, $2::int) g`,
 					sb.start.Add(time.Duration(runFrom(run))*time.Second), 2*runSpan/3600+1)
 			},
@@ -332,10 +332,10 @@ func seriesWorkload(ctx context.Context, bn *bench, rp *report) error {
 		rp.notes = append(rp.notes,
 			fmt.Sprintf("%s: ratio to COPY %.2f× (target ≥ %.1f×: %s)", fig.name, ratio, seriesRatioTo, verdict(ratio >= seriesRatioTo)),
 			fmt.Sprintf("%s: CPU per point, medians of the runs: Silo %s; COPY %s", fig.name, siloCPU.String(), rawCPU.String()),
-			fmt.Sprintf("%s: the same rows inserted as arrays straight into series.points, as Silo stores them, without reading or checking: %.0f rows/s, %.2f× COPY (runs [%s]); CPU per point %s",
+			fmt.Sprintf("%s: the same rows inserted as arrays straight into series.points1, as Silo stores them, without reading or checking: %.0f rows/s, %.2f× COPY (runs [%s]); CPU per point %s",
 				fig.name, median(res[2]), store, list(res[2], "%.0f"), storeCPU.String()))
 	}
-	_, err = bn.raw.Exec(ctx, `TRUNCATE series.points, series.pending_updates; DROP TABLE bench_series_raw`)
+	_, err = bn.raw.Exec(ctx, `TRUNCATE series.points, series.points1, series.pending_updates; DROP TABLE bench_series_raw`)
 	return err
 }
 
@@ -373,7 +373,7 @@ const feedSQL = `
 func (sb *seriesBench) read(ctx context.Context, rp *report) error {
 	bn := sb.bn
 	log.Printf("GET series, %d points ...", seriesReadPoints)
-	if err := insertCompressed(ctx, bn.raw, false, `INSERT INTO series.points (series_id, at, n1, s1)
+	if err := insertCompressed(ctx, bn.raw, false, `INSERT INTO series.points1 (series_id, at, n1, s1)
 		SELECT $3, $4::timestamptz + f.i * interval '1 second', f.v, 2 FROM (`+feedSQL+`) f`,
 		1, seriesReadPoints, sb.series[0], sb.start); err != nil {
 		return err
@@ -413,7 +413,7 @@ func (sb *seriesBench) read(ctx context.Context, rp *report) error {
 			}
 			defer conn.Release()
 			_, err = conn.Conn().PgConn().CopyTo(ctx, io.Discard,
-				fmt.Sprintf(`COPY (SELECT at, n1, s1 FROM series.points WHERE series_id = %d ORDER BY at) TO STDOUT`, sb.series[0]))
+				fmt.Sprintf(`COPY (SELECT at, n1, s1 FROM series.points1 WHERE series_id = %d ORDER BY at) TO STDOUT`, sb.series[0]))
 			if err != nil {
 				return 0, err
 			}
@@ -424,7 +424,7 @@ func (sb *seriesBench) read(ctx context.Context, rp *report) error {
 	}
 	name := fmt.Sprintf("GET series, %s-point range (flatJSON, streamed)", thousands(seriesReadPoints))
 	rp.throughput(name, "pt/s", "rows/s (COPY TO)", res[0], res[1], seriesReadTarget, 0)
-	_, err = bn.raw.Exec(ctx, `TRUNCATE series.points`)
+	_, err = bn.raw.Exec(ctx, `TRUNCATE series.points, series.points1`)
 	return err
 }
 
@@ -433,20 +433,20 @@ func (sb *seriesBench) space(ctx context.Context, rp *report) error {
 	total := seriesSpaceSeries * seriesSpacePoints
 	log.Printf("space: %d series × %d points ...", seriesSpaceSeries, seriesSpacePoints)
 	var backend string
-	if err := bn.raw.QueryRow(ctx, `SELECT backend FROM partition.tables WHERE relation = 'series.points'::regclass`).Scan(&backend); err != nil {
+	if err := bn.raw.QueryRow(ctx, `SELECT backend FROM partition.tables WHERE relation = 'series.points1'::regclass`).Scan(&backend); err != nil {
 		return err
 	}
 	// The feed, kept to compare with what reads back.
 	if _, err := bn.raw.Exec(ctx, `CREATE TABLE bench_feed AS `+feedSQL, seriesSpaceSeries, seriesSpacePoints); err != nil {
 		return err
 	}
-	if _, err := bn.raw.Exec(ctx, `INSERT INTO series.points (series_id, at, n1, s1)
+	if _, err := bn.raw.Exec(ctx, `INSERT INTO series.points1 (series_id, at, n1, s1)
 		SELECT ($1::bigint[])[f.sn], $2::timestamptz + f.i * interval '1 second', f.v, 2 FROM bench_feed f ORDER BY f.sn, f.i`,
 		sb.series, sb.start.Add(-30*24*time.Hour)); err != nil {
 		return err
 	}
-	if _, err := bn.raw.Exec(ctx, `CREATE TABLE bench_series_plain (LIKE series.points INCLUDING ALL);
-		INSERT INTO bench_series_plain SELECT * FROM series.points`); err != nil {
+	if _, err := bn.raw.Exec(ctx, `CREATE TABLE bench_series_plain (LIKE series.points1 INCLUDING ALL);
+		INSERT INTO bench_series_plain SELECT * FROM series.points1`); err != nil {
 		return err
 	}
 	if _, err := bn.raw.Exec(ctx, `VACUUM ANALYZE bench_series_plain`); err != nil {
@@ -456,28 +456,28 @@ func (sb *seriesBench) space(ctx context.Context, rp *report) error {
 	if err := bn.raw.QueryRow(ctx, `SELECT pg_total_relation_size('bench_series_plain')`).Scan(&plain); err != nil {
 		return err
 	}
-	rp.notes = append(rp.notes, fmt.Sprintf("space, %d series × %d points of a 1 Hz 2-decimal drifting feed: a plain table of series.points' columns and indexes (native partitions hold the same with a primary key): %.1f bytes/point",
+	rp.notes = append(rp.notes, fmt.Sprintf("space, %d series × %d points of a 1 Hz 2-decimal drifting feed: a plain table of series.points1's columns and indexes (native partitions hold the same with a primary key): %.1f bytes/point",
 		seriesSpaceSeries, seriesSpacePoints, float64(plain)/float64(total)))
 	if backend != "timescaledb" {
 		rp.notes = append(rp.notes, "space: this server has no TimescaleDB: compression not measured")
-		_, err := bn.raw.Exec(ctx, `DROP TABLE bench_series_plain, bench_feed; TRUNCATE series.points`)
+		_, err := bn.raw.Exec(ctx, `DROP TABLE bench_series_plain, bench_feed; TRUNCATE series.points, series.points1`)
 		return err
 	}
 	var before, after int64
-	if err := bn.raw.QueryRow(ctx, `SELECT hypertable_size('series.points')`).Scan(&before); err != nil {
+	if err := bn.raw.QueryRow(ctx, `SELECT hypertable_size('series.points1')`).Scan(&before); err != nil {
 		return err
 	}
-	if _, err := bn.raw.Exec(ctx, `SELECT count(compress_chunk(c)) FROM show_chunks('series.points') c`); err != nil {
+	if _, err := bn.raw.Exec(ctx, `SELECT count(compress_chunk(c)) FROM show_chunks('series.points1') c`); err != nil {
 		return err
 	}
-	if err := bn.raw.QueryRow(ctx, `SELECT hypertable_size('series.points')`).Scan(&after); err != nil {
+	if err := bn.raw.QueryRow(ctx, `SELECT hypertable_size('series.points1')`).Scan(&after); err != nil {
 		return err
 	}
 	// Lossless: every value read back through the API's decoding equals the feed's.
 	var wrong int64
 	if err := bn.raw.QueryRow(ctx, `
 		SELECT count(*) FROM bench_feed f
-		LEFT JOIN series.points p ON p.series_id = ($1::bigint[])[f.sn] AND p.at = $2::timestamptz + f.i * interval '1 second'
+		LEFT JOIN series.points1 p ON p.series_id = ($1::bigint[])[f.sn] AND p.at = $2::timestamptz + f.i * interval '1 second'
 		WHERE series_private.value_json(p.n1, p.s1, p.t1, 'number')::numeric IS DISTINCT FROM f.v / 100.0`,
 		sb.series, sb.start.Add(-30*24*time.Hour)).Scan(&wrong); err != nil {
 		return err
@@ -489,6 +489,6 @@ func (sb *seriesBench) space(ctx context.Context, rp *report) error {
 	rp.notes = append(rp.notes, fmt.Sprintf("space: hypertable %d bytes before compression, %d after, for %d points; values that do not read back exactly: %d",
 		before, after, total, wrong))
 	log.Printf("space: %.2f bytes/point compressed, %.1f uncompressed, %.1f plain; %d wrong", per, float64(before)/float64(total), float64(plain)/float64(total), wrong)
-	_, err := bn.raw.Exec(ctx, `DROP TABLE bench_series_plain, bench_feed; TRUNCATE series.points`)
+	_, err := bn.raw.Exec(ctx, `DROP TABLE bench_series_plain, bench_feed; TRUNCATE series.points, series.points1`)
 	return err
 }

@@ -191,12 +191,12 @@ func TestSeriesHolderRules(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, `[]`, seriesPoints(t, out))
 	var left int
-	require.NoError(t, b.tx.QueryRow(b.ctx, `SELECT count(*) FROM series.points`).Scan(&left))
+	require.NoError(t, b.tx.QueryRow(b.ctx, `SELECT count(*) FROM series.points_all`).Scan(&left))
 	require.Equal(t, 1, left)
 	removed, err := b.q.SeriesCleanup(b.ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, int32(1), removed)
-	require.NoError(t, b.tx.QueryRow(b.ctx, `SELECT count(*) FROM series.points`).Scan(&left))
+	require.NoError(t, b.tx.QueryRow(b.ctx, `SELECT count(*) FROM series.points_all`).Scan(&left))
 	require.Equal(t, 0, left)
 }
 
@@ -240,7 +240,7 @@ func TestSeriesAppendScale(t *testing.T) {
 	id := b.seriesHolder(t, "mass/kg")
 	require.NoError(t, b.seriesAppend(t, b.personal, id, `{"format": "flatJSON", "fields": ["deltaTime", "value"],
 		"points": [[0, 20.1], [1, 20.15], [2, 20], [3, -0.05], [4, 1e300]]}`))
-	rows, err := b.tx.Query(b.ctx, `SELECT n1, s1 FROM series.points ORDER BY at`)
+	rows, err := b.tx.Query(b.ctx, `SELECT n1, s1 FROM series.points_all ORDER BY at`)
 	require.NoError(t, err)
 	var got [][2]int64
 	for rows.Next() {

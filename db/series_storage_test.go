@@ -24,14 +24,17 @@ func storeUser(t *testing.T, q *db.Queries, name string) (db.AccountUserCreateRo
 	require.NoError(t, err)
 	_, err = q.AccountStreamCreate(ctx, db.AccountStreamCreateParams{AccessID: user.AccessID, Stream: json.RawMessage(`{"id": "s", "name": "S"}`)})
 	require.NoError(t, err)
-	return user, func(at time.Time) string {
-		out, err := q.AccountEventCreate(ctx, db.AccountEventCreateParams{AccessID: user.AccessID,
-			Event: json.RawMessage(fmt.Sprintf(`{"streamId": "s", "type": "series:mass/kg", "time": %d}`, at.Unix()))})
-		require.NoError(t, err)
-		var e struct{ Event struct{ ID string } }
-		require.NoError(t, json.Unmarshal(out, &e))
-		return e.Event.ID
-	}
+	return user, func(at time.Time) string { return storeHolder(t, q, user.AccessID, "series:mass/kg", at) }
+}
+
+// storeHolder makes a holder of type typ at a time in stream s, on behalf of access; returns its id.
+func storeHolder(t *testing.T, q *db.Queries, access, typ string, at time.Time) string {
+	out, err := q.AccountEventCreate(context.Background(), db.AccountEventCreateParams{AccessID: access,
+		Event: json.RawMessage(fmt.Sprintf(`{"streamId": "s", "type": %q, "time": %d}`, typ, at.Unix()))})
+	require.NoError(t, err)
+	var e struct{ Event struct{ ID string } }
+	require.NoError(t, json.Unmarshal(out, &e))
+	return e.Event.ID
 }
 
 // storedPoints reads the points of holder id as access, deltaTime first, as api.series_get gives
@@ -111,17 +114,17 @@ func testSeriesStorage(t *testing.T, pool *pgxpool.Pool, want string) {
 	if want == "timescaledb" {
 		// Compressed, every value reads back as written; writes and deletes still work.
 		var chunks int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(compress_chunk(c)) FROM show_chunks('series.points') c`).Scan(&chunks))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(compress_chunk(c)) FROM show_chunks('series.points1') c`).Scan(&chunks))
 		require.GreaterOrEqual(t, chunks, 10)
 		var compressed int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM timescaledb_information.chunks
-			WHERE hypertable_schema = 'series' AND hypertable_name = 'points' AND is_compressed`).Scan(&compressed))
+			WHERE hypertable_schema = 'series' AND hypertable_name = 'points1' AND is_compressed`).Scan(&compressed))
 		require.Equal(t, chunks, compressed)
 		require.Equal(t, wantPoints, read(a))
 		var policies int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM timescaledb_information.jobs
-			WHERE hypertable_schema = 'series' AND hypertable_name = 'points' AND proc_name = 'policy_compression'`).Scan(&policies))
-		require.Equal(t, 1, policies)
+			WHERE hypertable_schema = 'series' AND hypertable_name IN ('points', 'points1') AND proc_name = 'policy_compression'`).Scan(&policies))
+		require.Equal(t, 2, policies, "one for each points table")
 	}
 	// Last write wins in an old (compressed) chunk; a range delete there.
 	_, err = q.SeriesAppend(ctx, db.SeriesAppendParams{AccessID: user.AccessID, EventID: a,
@@ -167,7 +170,7 @@ func testSeriesStorage(t *testing.T, pool *pgxpool.Pool, want string) {
 	require.Positive(t, r.DeletedPoints)
 	oldest := func(id string) float64 {
 		var s float64
-		require.NoError(t, pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - min(p.at)) / 86400 FROM series.points p
+		require.NoError(t, pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - min(p.at)) / 86400 FROM series.points_all p
 			JOIN account.events e ON e.series_id = p.series_id WHERE e.id = $1`, id).Scan(&s))
 		return s
 	}
@@ -243,7 +246,7 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 		require.Len(t, paged, len(want))
 		require.IsIncreasing(t, paged, "pages in time order, each point once")
 		var rows, times int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT p.at) FROM series.points p
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT p.at) FROM series.points_all p
 			JOIN account.events e ON e.series_id = p.series_id WHERE e.id = $1`, id).Scan(&rows, &times))
 		require.Equal(t, times, rows, "one row per series and time")
 	}
@@ -254,7 +257,7 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 	if backend == "timescaledb" {
 		var compressed bool
 		require.NoError(t, pool.QueryRow(ctx, `SELECT bool_or(is_compressed) FROM timescaledb_information.chunks
-			WHERE hypertable_schema = 'series' AND hypertable_name = 'points'`).Scan(&compressed))
+			WHERE hypertable_schema = 'series' AND hypertable_name = 'points1'`).Scan(&compressed))
 		require.True(t, compressed, "500 points of one series are written straight into compressed batches")
 	}
 	check()
@@ -338,7 +341,7 @@ func testSeriesLastWriteWins(t *testing.T, pool *pgxpool.Pool, backend string) {
 		var inRows int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum((xpath('/row/n/text()', query_to_xml(
 				format('SELECT count(*) AS n FROM ONLY %s WHERE series_id = %s', c, e.series_id), false, true, '')))[1]::text::int), 0)
-			FROM show_chunks('series.points') c, account.events e WHERE e.id = $1`, id2).Scan(&inRows))
+			FROM show_chunks('series.points1') c, account.events e WHERE e.id = $1`, id2).Scan(&inRows))
 		require.Zero(t, inRows, "the other series' points are not decompressed")
 	}
 
@@ -397,13 +400,8 @@ func TestSeriesColumnsBatchOfTypes(t *testing.T) {
 	user, holder := storeUser(t, q, "typedbatch")
 	at := time.Now().Add(-time.Hour).Truncate(time.Second)
 	mass1, mass2 := holder(at), holder(at)
-	out, err := q.AccountEventCreate(ctx, db.AccountEventCreateParams{AccessID: user.AccessID,
-		Event: json.RawMessage(fmt.Sprintf(`{"streamId": "s", "type": "series:position/wgs84", "time": %d}`, at.Unix()))})
-	require.NoError(t, err)
-	var e struct{ Event struct{ ID string } }
-	require.NoError(t, json.Unmarshal(out, &e))
-	pos := e.Event.ID
-	_, err = q.SeriesAppendColumns(ctx, db.SeriesAppendColumnsParams{AccessID: user.AccessID, Batch: true,
+	pos := storeHolder(t, q, user.AccessID, "series:position/wgs84", at)
+	_, err := q.SeriesAppendColumns(ctx, db.SeriesAppendColumnsParams{AccessID: user.AccessID, Batch: true,
 		EventIds:    []string{mass1, pos, mass2},
 		Fields:      []string{"deltaTime", "value", "deltaTime", "latitude", "longitude", "deltaTime", "value"},
 		FieldCounts: []int32{2, 3, 2}, Scales: []int16{0, 1, 0, 2, 2, 0, 0},
@@ -468,4 +466,85 @@ func TestSeriesRewriteAfterFlush(t *testing.T) {
 	write(650, 660, 400000)
 	write(0, 10, 500000)
 	check()
+}
+
+// The two points tables: a series of a type of one field is written to series.points1, one of
+// more fields to series.points, also within one call (typed columns and flatJSON); readers read
+// both, so points a series holds in the other table (written before series.points1 existed) are
+// read, replaced by a write at their time, and go with range deletes, retention and the holder.
+func TestSeriesPointsTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	q := db.New(pool)
+	user, holder := storeUser(t, q, "pointstables")
+	at := time.Now().Add(-time.Hour).Truncate(time.Second)
+	mass, older := holder(at), holder(at)
+	pos := storeHolder(t, q, user.AccessID, "series:position/wgs84", at)
+	rows := func(table, id string) (n int) {
+		t.Helper()
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` p JOIN account.events e ON e.series_id = p.series_id
+			WHERE e.id = $1`, id).Scan(&n))
+		return n
+	}
+	get := func(id string) string { return string(storedPoints[json.RawMessage](t, q, user.AccessID, id)) }
+
+	var err error
+	// One typed call of both kinds, in order and out of order; then flatJSON.
+	for _, times := range [][]int64{{0, 1}, {3, 2}} {
+		_, err = q.SeriesAppendColumns(ctx, db.SeriesAppendColumnsParams{AccessID: user.AccessID, Batch: true,
+			EventIds: []string{mass, pos}, Fields: []string{"deltaTime", "value", "deltaTime", "latitude", "longitude"},
+			FieldCounts: []int32{2, 3}, Scales: []int16{0, 1, 0, 2, 2}, Body: []int32{1, 1, 2, 2},
+			Time: []int64{times[0] * 1000000, times[1] * 1000000, times[0] * 1000000, times[1] * 1000000},
+			V1:   []int64{700 + times[0], 700 + times[1], 4600 + times[0], 4600 + times[1]}, V2: []int64{math.MinInt64, math.MinInt64, 600, 600}})
+		require.NoError(t, err)
+	}
+	_, err = q.SeriesAppendBatch(ctx, db.SeriesAppendBatchParams{AccessID: user.AccessID, Batch: json.RawMessage(`{"format": "seriesBatch", "data": [
+		{"eventId": "` + mass + `", "data": {"format": "flatJSON", "fields": ["deltaTime", "value"], "points": [[4, 70.4]]}},
+		{"eventId": "` + pos + `", "data": {"format": "flatJSON", "fields": ["deltaTime", "latitude", "longitude"], "points": [[4, 46.04, 6]]}}]}`)})
+	require.NoError(t, err)
+	require.JSONEq(t, `[[0, 70], [1, 70.1], [2, 70.2], [3, 70.3], [4, 70.4]]`, get(mass))
+	require.JSONEq(t, `[[0, 46, 6, null, null, null, null, null], [1, 46.01, 6, null, null, null, null, null],
+		[2, 46.02, 6, null, null, null, null, null], [3, 46.03, 6, null, null, null, null, null], [4, 46.04, 6, null, null, null, null, null]]`, get(pos))
+	require.Equal(t, [4]int{5, 0, 0, 5}, [4]int{rows("series.points1", mass), rows("series.points", mass), rows("series.points1", pos), rows("series.points", pos)})
+
+	// Points of a series of one field in series.points, as written before series.points1 (with
+	// the extent the metadata updater keeps).
+	_, err = pool.Exec(ctx, `INSERT INTO series.points (series_id, at, n1, s1)
+		SELECT e.series_id, to_timestamp(e.time) + g * interval '1 second', 10 * g, 0 FROM account.events e, generate_series(0, 3) g
+		WHERE e.id = $1`, older)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO series.extents (series_id, last_at)
+		SELECT e.series_id, to_timestamp(e.time) + interval '3 seconds' FROM account.events e WHERE e.id = $1`, older)
+	require.NoError(t, err)
+	require.JSONEq(t, `[[0, 0], [1, 10], [2, 20], [3, 30]]`, get(older))
+	_, err = q.SeriesAppendColumns(ctx, valueColumns(user.AccessID, older, 1, 3, 100, 0))
+	require.NoError(t, err)
+	require.JSONEq(t, `[[0, 0], [1, 101], [2, 102], [3, 30]]`, get(older), "the later write wins, whichever table holds the point")
+	require.Equal(t, [2]int{2, 2}, [2]int{rows("series.points1", older), rows("series.points", older)})
+	from, to := 0.0, 2.0
+	deleted, err := q.SeriesDelete(ctx, db.SeriesDeleteParams{AccessID: user.AccessID, EventID: older, FromTime: &from, ToTime: &to, Relative: true})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"status": "ok", "deleted": 2}`, string(deleted))
+	require.JSONEq(t, `[[2, 102], [3, 30]]`, get(older))
+
+	// Retention deletes from both; so does the removal of deleted holders' series.
+	_, err = pool.Exec(ctx, `SELECT api.series_retention_set('pointstables', interval '1 hour' - interval '3500 milliseconds', $1)`, older)
+	require.NoError(t, err)
+	var trimmed int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT deleted_points FROM api.series_trim(NULL, $1)`, at.Add(time.Hour)).Scan(&trimmed))
+	require.EqualValues(t, 2, trimmed)
+	require.JSONEq(t, `[]`, get(older))
+	for _, id := range []string{mass, pos} {
+		for range 2 {
+			_, err = q.AccountEventDelete(ctx, db.AccountEventDeleteParams{AccessID: user.AccessID, ID: id})
+			require.NoError(t, err)
+		}
+	}
+	_, err = pool.Exec(ctx, `SELECT api.series_cleanup(1000)`)
+	require.NoError(t, err)
+	var left int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM series.points_all p
+		WHERE p.series_id NOT IN (SELECT e.series_id FROM account.events e WHERE e.series_id IS NOT NULL)`).Scan(&left))
+	require.Zero(t, left, "the deleted holders' points are gone from both tables")
 }

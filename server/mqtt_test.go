@@ -415,7 +415,7 @@ func TestMQTTAckAfterCommit(t *testing.T) {
 	lock, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = lock.Rollback(ctx) }()
-	_, err = lock.Exec(ctx, `LOCK TABLE series.points IN ACCESS EXCLUSIVE MODE`)
+	_, err = lock.Exec(ctx, `LOCK TABLE series.points, series.points1 IN ACCESS EXCLUSIVE MODE`)
 	require.NoError(t, err)
 	body := `{"format":"flatJSON","fields":["deltaTime","value"],"points":[[7,7.5]]}`
 	v.publish(t, 1, topic, "", body)

@@ -73,7 +73,7 @@ func TestSeriesMaintenanceWorker(t *testing.T) {
 	require.NoError(t, err)
 	work(t, tx, &SeriesMaintenanceWorker{queries: db.New(tx), logger: slog.New(slog.DiscardHandler)}, SeriesMaintenanceArgs{})
 	var points, deletions int
-	require.NoError(t, tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM series.points), (SELECT count(*) FROM account.series_deletions)`).Scan(&points, &deletions))
+	require.NoError(t, tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM series.points_all), (SELECT count(*) FROM account.series_deletions)`).Scan(&points, &deletions))
 	require.Equal(t, 0, points)
 	require.Equal(t, 0, deletions)
 }
@@ -84,6 +84,6 @@ func TestSeriesMaintenanceRunsOnStart(t *testing.T) {
 	seriesSeed(t, db.New(pool))
 	runOnStart(t, pool, Config{ReaperInterval: -1, PurgeTick: -1}, SeriesMaintenanceArgs{}.Kind())
 	var points int
-	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM series.points`).Scan(&points))
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM series.points_all`).Scan(&points))
 	require.Equal(t, 2, points) // no retention set: kept
 }

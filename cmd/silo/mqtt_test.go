@@ -58,7 +58,7 @@ func TestMQTTKill(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, conn.QueryRow(ctx, `SELECT api.account_event_create($1, '{"streamIds": ["heart"], "type": "series:mass/kg", "time": 1000}') #>> '{event,id}'`, personal).Scan(&event))
 	stored := func() []float64 {
-		rows, err := conn.Query(ctx, `SELECT extract(epoch FROM p.at)::float8 FROM series.points p JOIN account.events e ON e.series_id = p.series_id WHERE e.id = $1`, event)
+		rows, err := conn.Query(ctx, `SELECT extract(epoch FROM p.at)::float8 FROM series.points_all p JOIN account.events e ON e.series_id = p.series_id WHERE e.id = $1`, event)
 		require.NoError(t, err)
 		at, err := pgx.CollectRows(rows, pgx.RowTo[float64])
 		require.NoError(t, err)
@@ -129,7 +129,7 @@ func TestMQTTKill(t *testing.T) {
 	// The write waits for a lock; the process is killed before it could answer.
 	tx, err := conn.Begin(ctx)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `LOCK TABLE series.points IN ACCESS EXCLUSIVE MODE`)
+	_, err = tx.Exec(ctx, `LOCK TABLE series.points, series.points1 IN ACCESS EXCLUSIVE MODE`)
 	require.NoError(t, err)
 	pub := client.Publish("alice/events/"+event+"/series", 1, false, `{"format":"flatJSON","fields":["deltaTime","value"],"points":[[5,80.5]]}`)
 	require.False(t, pub.WaitTimeout(time.Second), "PUBACK before the commit")

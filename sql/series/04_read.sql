@@ -120,7 +120,7 @@ BEGIN
                    CASE WHEN v_sel[6] THEN series_private.value_json(p.n6, p.s6, p.t6, v_k[6]) END,
                    CASE WHEN v_sel[7] THEN series_private.value_json(p.n7, p.s7, p.t7, v_k[7]) END,
                    CASE WHEN v_sel[8] THEN series_private.value_json(p.n8, p.s8, p.t8, v_k[8]) END) || ']'
-        FROM series.points p
+        FROM series.points_all p
         WHERE p.series_id = v_holder.series_id
           AND (v_from IS NULL OR p.at >= v_from) AND (v_to IS NULL OR p.at < v_to)
           AND (p_after IS NULL OR p.at > p_after)
@@ -138,7 +138,7 @@ BEGIN
                    CASE WHEN v_sel[6] THEN series_private.value_csv(p.n6, p.s6, p.t6, v_k[6]) END,
                    CASE WHEN v_sel[7] THEN series_private.value_csv(p.n7, p.s7, p.t7, v_k[7]) END,
                    CASE WHEN v_sel[8] THEN series_private.value_csv(p.n8, p.s8, p.t8, v_k[8]) END)
-        FROM series.points p
+        FROM series.points_all p
         WHERE p.series_id = v_holder.series_id
           AND (v_from IS NULL OR p.at >= v_from) AND (v_to IS NULL OR p.at < v_to)
           AND (p_after IS NULL OR p.at > p_after)
@@ -212,7 +212,7 @@ BEGIN
                CASE WHEN v_cols.selected[8] AND v_cols.kinds[8] <> 'string' THEN array_agg(coalesce(q.n8, 0)) END,
                CASE WHEN v_cols.selected[8] THEN array_agg(CASE WHEN q.n8 IS NULL AND q.t8 IS NULL THEN (-32768)::smallint ELSE coalesce(q.s8, 0::smallint) END) END,
                CASE WHEN v_cols.selected[8] AND v_cols.kinds[8] = 'string' THEN array_agg(coalesce(q.t8, '')) END
-    FROM (SELECT p.* FROM series.points p
+    FROM (SELECT p.* FROM series.points_all p
           WHERE p.series_id = v_holder.series_id
             AND (v_from IS NULL OR p.at >= v_from) AND (v_to IS NULL OR p.at < v_to)
             AND (p_after IS NULL OR p.at > p_after)
@@ -249,11 +249,17 @@ DECLARE
     v_from   timestamptz := series_private.us_at(series_private.bound_us(v_holder, p_from, p_relative));
     v_to     timestamptz := series_private.us_at(series_private.bound_us(v_holder, p_to, p_relative));
     v_n      bigint;
+    v_n1     bigint;
 BEGIN
     DELETE FROM series.points p
     WHERE p.series_id = v_holder.series_id
       AND (v_from IS NULL OR p.at >= v_from) AND (v_to IS NULL OR p.at < v_to);
     GET DIAGNOSTICS v_n = ROW_COUNT;
+    DELETE FROM series.points1 p
+    WHERE p.series_id = v_holder.series_id
+      AND (v_from IS NULL OR p.at >= v_from) AND (v_to IS NULL OR p.at < v_to);
+    GET DIAGNOSTICS v_n1 = ROW_COUNT;
+    v_n := v_n + v_n1;
     IF v_n > 0 THEN
         PERFORM series_private.notify(v_holder.user_id, ARRAY[p_event_id]);
     END IF;

@@ -81,6 +81,7 @@ BEGIN
         RETURN 0;
     END IF;
     DELETE FROM series.points p WHERE p.series_id = ANY (v_ids);
+    DELETE FROM series.points1 p WHERE p.series_id = ANY (v_ids);
     DELETE FROM series.pending_updates u WHERE u.series_id = ANY (v_ids);
     DELETE FROM series.extents x WHERE x.series_id = ANY (v_ids);
     DELETE FROM series.retention r WHERE r.series_id = ANY (v_ids);
@@ -122,7 +123,10 @@ BEGIN
     -- one, nothing is old enough for a whole chunk to go.
     IF v_keep IS NOT NULL THEN
         SELECT greatest(v_keep, max(r.keep)) INTO v_longest FROM series.retention r;
-        SELECT count(*)::integer INTO dropped_chunks FROM partition_private.drop_older('series.points', p_now - v_longest);
+        SELECT count(*)::integer INTO dropped_chunks
+        FROM (SELECT FROM partition_private.drop_older('series.points', p_now - v_longest)
+              UNION ALL
+              SELECT FROM partition_private.drop_older('series.points1', p_now - v_longest)) d;
     END IF;
     WITH kept AS (
         SELECT e.series_id, coalesce(rs.keep, ru.keep, v_keep) AS keep
@@ -135,8 +139,12 @@ BEGIN
         DELETE FROM series.points p USING kept k
         WHERE p.series_id = k.series_id AND p.at < p_now - k.keep
         RETURNING 1
+    ), gone1 AS (
+        DELETE FROM series.points1 p USING kept k
+        WHERE p.series_id = k.series_id AND p.at < p_now - k.keep
+        RETURNING 1
     )
-    SELECT count(*) INTO deleted_points FROM gone;
+    SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM gone1) INTO deleted_points;
 END
 $$;
 COMMENT ON FUNCTION api.series_trim(interval, timestamptz) IS 'Applies the retention of series points as of p_now (default now()): each series keeps its points for its own keep in series.retention, else its user''s (series_id 0), else p_retention (default NULL: the series.retention setting; empty there: forever). Whole chunks or partitions older than the longest retention in force go (partition_private.drop_older; only when a default retention applies, since the series without a row of their own are kept by it); the older points of series kept for less are deleted as rows. Returns dropped_chunks and deleted_points. Run by silo work''s retention job (api.retention_run, target series); from psql at will. Raises SLINV when p_now is NULL or the retention (argument or setting) is not a positive interval, STBKD when the partitioning backend is not usable.';

@@ -124,7 +124,7 @@ BEGIN
                        WHEN 'first' THEN (array_agg(series_private.value_numeric(p.n8, p.s8) ORDER BY p.at) FILTER (WHERE p.n8 IS NOT NULL))[1]
                        WHEN 'last' THEN (array_agg(series_private.value_numeric(p.n8, p.s8) ORDER BY p.at DESC) FILTER (WHERE p.n8 IS NOT NULL))[1]
                    END)::text, 'null') END) || ']' AS line
-        FROM series.points p
+        FROM series.points_all p
         WHERE p.series_id = v_holder.series_id
           AND (v_from IS NULL OR p.at >= v_from) AND (v_to IS NULL OR p.at < v_to)
         GROUP BY 1

@@ -5,12 +5,25 @@
 --   2. a call whose time range meets stored points of a series deletes the stored points at its
 --      times first (series_private.clear); an append after what the series holds, the usual feed,
 --      meets none and costs one probe per series;
---   3. the points are inserted plainly.
+--   3. the points are inserted plainly, into series.points1 for a series of one field,
+--      series.points for the others (series_private.narrow); both are read as series.points_all,
+--      probed and cleared alike.
 -- Why not ON CONFLICT: on TimescaleDB, points are written straight into compressed batches when a
 -- call brings enough of them (series_private.compress_on_write), which TimescaleDB does
 -- only for a hypertable without a unique index; and a plain insert costs about half of a
 -- speculative one wherever nothing is in the way. Native partitions keep their primary key, which
 -- the turns above never let a writer meet.
+
+-- Where a series' points are written: series.points1 when its type has one field (the usual
+-- sensor feed: 5 columns to write and compress where series.points has 26), series.points
+-- otherwise. Readers read both (series.points_all).
+CREATE FUNCTION series_private.narrow(p_body series_private.body)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT num_nonnulls(VARIADIC p_body.kinds[2 : 8]) = 0;
+$$;
+COMMENT ON FUNCTION series_private.narrow(series_private.body) IS 'Whether the points of body p_body go to series.points1: its type has no field past position 1 (p_body.kinds). Raises nothing.';
 
 -- The lock class of series writers (the first key of pg_advisory_xact_lock(int, int)).
 CREATE FUNCTION series_private.lock_class()
@@ -57,7 +70,7 @@ BEGIN
         v_series := p_series[1];
         v_lo := p_lo[1];
         v_hi := p_hi[1];
-        IF EXISTS (SELECT FROM series.points p WHERE p.series_id = v_series AND p.at BETWEEN v_lo AND v_hi) THEN
+        IF EXISTS (SELECT FROM series.points_all p WHERE p.series_id = v_series AND p.at BETWEEN v_lo AND v_hi) THEN
             v_stored := p_series;
         END IF;
         RETURN v_stored;
@@ -66,13 +79,13 @@ BEGIN
     -- bounds then kept by the join.
     SELECT min(l), max(h) INTO v_lo, v_hi FROM unnest(p_lo, p_hi) u(l, h);
     RETURN ARRAY(SELECT DISTINCT x.id
-                 FROM series.points p
+                 FROM series.points_all p
                  JOIN unnest(p_series, p_lo, p_hi) x(id, lo, hi) ON p.series_id = x.id AND p.at BETWEEN x.lo AND x.hi
                  WHERE p.series_id = ANY (p_series) AND p.at BETWEEN v_lo AND v_hi
                  ORDER BY 1);
 END
 $$;
-COMMENT ON FUNCTION series_private.claim(bigint[], timestamptz[], timestamptz[]) IS 'Takes the turn of the writers of series p_series (transaction advisory locks, class series_private.lock_class(), in series order; released at commit or rollback) and returns those of them with stored points between p_lo[i] and p_hi[i] (inclusive), ascending: the series whose stored points at the call''s times must go first (series_private.clear). Probes the points only of the series whose extent (series.extents) or pending update (series.pending_updates) reaches p_lo[i]: points are written through the series functions, which keep those, never inserted into series.points by hand. Raises nothing.';
+COMMENT ON FUNCTION series_private.claim(bigint[], timestamptz[], timestamptz[]) IS 'Takes the turn of the writers of series p_series (transaction advisory locks, class series_private.lock_class(), in series order; released at commit or rollback) and returns those of them with stored points between p_lo[i] and p_hi[i] (inclusive), ascending: the series whose stored points at the call''s times must go first (series_private.clear). Probes the points only of the series whose extent (series.extents) or pending update (series.pending_updates) reaches p_lo[i]: points are written through the series functions, which keep those, never inserted into the points tables by hand. Raises nothing.';
 
 CREATE FUNCTION series_private.clear(p_series bigint, p_lo timestamptz, p_hi timestamptz, p_times timestamptz[])
 RETURNS void
@@ -88,14 +101,17 @@ AS $$
 BEGIN
     -- The times are joined, hashed (`at = ANY (p_times)` compares each stored point with every
     -- time: a rewrite of 10,000 points took a quarter of a second).
-    IF NOT EXISTS (SELECT FROM series.points p WHERE p.series_id = p_series AND p.at BETWEEN p_lo AND p_hi
+    IF NOT EXISTS (SELECT FROM series.points_all p WHERE p.series_id = p_series AND p.at BETWEEN p_lo AND p_hi
                    AND NOT EXISTS (SELECT FROM unnest(p_times) t(at) WHERE t.at = p.at)) THEN
         -- Every stored point of the range is rewritten (a client sending a body again, say): the
         -- range goes whole, and TimescaleDB drops the compressed batches inside it without
         -- decompressing them.
         DELETE FROM series.points p WHERE p.series_id = p_series AND p.at BETWEEN p_lo AND p_hi;
+        DELETE FROM series.points1 p WHERE p.series_id = p_series AND p.at BETWEEN p_lo AND p_hi;
     ELSE
         DELETE FROM series.points p USING unnest(p_times) t(at)
+        WHERE p.series_id = p_series AND p.at BETWEEN p_lo AND p_hi AND p.at = t.at;
+        DELETE FROM series.points1 p USING unnest(p_times) t(at)
         WHERE p.series_id = p_series AND p.at BETWEEN p_lo AND p_hi AND p.at = t.at;
     END IF;
 END
@@ -167,7 +183,7 @@ BEGIN
     PERFORM series_private.schedule(p_bodies, p_series, p_lo, p_hi);
 END
 $$;
-COMMENT ON FUNCTION series_private.written(boolean, series_private.body[], bigint[], timestamptz[], timestamptz[]) IS 'Ends a write of points into series.points: switches TimescaleDB''s direct compression off again when p_direct (series_private.compress_on_write''s answer), and merges the metadata update of each series p_series[i] written from p_lo[i] to p_hi[i] (series_private.schedule, whose errors it raises).';
+COMMENT ON FUNCTION series_private.written(boolean, series_private.body[], bigint[], timestamptz[], timestamptz[]) IS 'Ends a write of points into series.points or series.points1: switches TimescaleDB''s direct compression off again when p_direct (series_private.compress_on_write''s answer), and merges the metadata update of each series p_series[i] written from p_lo[i] to p_hi[i] (series_private.schedule, whose errors it raises).';
 
 -- Rows given whole (the flatJSON path, whose cells may be strings): stored as above.
 CREATE FUNCTION series_private.store_rows(p_bodies series_private.body[], p_rows series.points[])
@@ -181,7 +197,10 @@ DECLARE
     v_hi     timestamptz[];
     v_stored bigint[];
     v_direct boolean;
+    v_all1   boolean;
+    v_any1   boolean;
 BEGIN
+    SELECT bool_and(series_private.narrow(b)), bool_or(series_private.narrow(b)) INTO v_all1, v_any1 FROM unnest(p_bodies) b;
     SELECT array_agg(x.series_id ORDER BY x.series_id), array_agg(x.lo ORDER BY x.series_id), array_agg(x.hi ORDER BY x.series_id)
     INTO v_series, v_lo, v_hi
     FROM (SELECT r.series_id, min(r.at) AS lo, max(r.at) AS hi FROM unnest(p_rows) r GROUP BY r.series_id) x;
@@ -194,8 +213,19 @@ BEGIN
                                             ARRAY(SELECT r.at FROM unnest(p_rows) r));
     END IF;
     v_direct := series_private.compress_on_write(cardinality(p_rows), cardinality(v_series));
-    INSERT INTO series.points SELECT * FROM unnest(p_rows) r ORDER BY r.series_id, r.at;
+    IF v_any1 THEN
+        INSERT INTO series.points1 (series_id, at, n1, s1, t1)
+        SELECT r.series_id, r.at, r.n1, r.s1, r.t1 FROM unnest(p_rows) r
+        WHERE v_all1 OR r.series_id IN (SELECT b.series_id FROM unnest(p_bodies) b WHERE series_private.narrow(b))
+        ORDER BY r.series_id, r.at;
+    END IF;
+    IF NOT v_all1 THEN
+        INSERT INTO series.points
+        SELECT * FROM unnest(p_rows) r
+        WHERE NOT v_any1 OR r.series_id NOT IN (SELECT b.series_id FROM unnest(p_bodies) b WHERE series_private.narrow(b))
+        ORDER BY r.series_id, r.at;
+    END IF;
     PERFORM series_private.written(v_direct, p_bodies, v_series, v_lo, v_hi);
 END
 $$;
-COMMENT ON FUNCTION series_private.store_rows(series_private.body[], series.points[]) IS 'Stores the rows p_rows of checked bodies p_bodies (one per series and time, each in its stored form), replacing stored points at their times: the series'' turns taken and the points in the way deleted first (series_private.claim, series_private.clear), straight into compressed batches when series_private.compress_on_write says so. Merges each series'' metadata update (series_private.written). Raises what series_private.schedule raises.';
+COMMENT ON FUNCTION series_private.store_rows(series_private.body[], series.points[]) IS 'Stores the rows p_rows of checked bodies p_bodies (one per series and time, each in its stored form) into series.points1 (series of one field: series_private.narrow) and series.points, replacing stored points at their times: the series'' turns taken and the points in the way deleted first (series_private.claim, series_private.clear), straight into compressed batches when series_private.compress_on_write says so. Merges each series'' metadata update (series_private.written). Raises what series_private.schedule raises.';

@@ -6,8 +6,9 @@
 -- array, and a body's extent gives its earliest and latest time. Only a body those tests cannot
 -- clear is read point by point (series_private.column_check), to name the first point that breaks
 -- a rule. A call in order (each body of its own series, its times ascending: a feed, sent in order)
--- is inserted as it comes: no sort, no join, no two points at one time; any other call goes through
--- series_private.column_rows, which sorts and keeps the last point of each series and time.
+-- whose series all go to one table (series_private.narrow) is inserted as it comes: no sort, no
+-- join, no two points at one time; any other call goes through series_private.column_rows, which
+-- sorts and keeps the last point of each series and time, into each table its rows.
 
 -- Why a point of body p_body cannot be stored; called only for a point that breaks a rule.
 CREATE FUNCTION series_private.column_failure(p_body series_private.body, p_ord bigint, p_tu bigint, p_x bigint[])
@@ -165,6 +166,8 @@ DECLARE
     v_check    boolean;
     v_bad      boolean;
     v_distinct boolean;
+    v_all1     boolean;
+    v_any1     boolean;
     v_series   bigint[];
     v_lo       bigint[];
     v_hi       bigint[];
@@ -203,14 +206,16 @@ BEGIN
            array_agg(series_private.column_divisor(b, 3)), array_agg(series_private.column_divisor(b, 4)),
            array_agg(series_private.column_divisor(b, 5)), array_agg(series_private.column_divisor(b, 6)),
            array_agg(series_private.column_divisor(b, 7)), array_agg(series_private.column_divisor(b, 8)),
-           count(DISTINCT b.series_id) = count(*)
-    INTO v_sids, v_bases, v_c1, v_c2, v_c3, v_c4, v_c5, v_c6, v_c7, v_c8, v_d1, v_d2, v_d3, v_d4, v_d5, v_d6, v_d7, v_d8, v_distinct
+           count(DISTINCT b.series_id) = count(*), bool_and(series_private.narrow(b)), bool_or(series_private.narrow(b))
+    INTO v_sids, v_bases, v_c1, v_c2, v_c3, v_c4, v_c5, v_c6, v_c7, v_c8, v_d1, v_d2, v_d3, v_d4, v_d5, v_d6, v_d7, v_d8, v_distinct,
+         v_all1, v_any1
     FROM (SELECT * FROM unnest(p_bodies) u ORDER BY u.n) b;
     -- In order (the usual call: a feed's bodies, each sent in time order, one series each): the
     -- bodies' points one after the other, each body's times ascending (p_ascending, as the caller
     -- found it). Such rows need no sort and hold no two points of a series at one time, and each
-    -- body's extent is read off its ends.
-    v_sorted := p_ascending AND NOT v_check AND v_distinct;
+    -- body's extent is read off its ends. Such a call of series of one field each goes to
+    -- series.points1, of series of more to series.points; one of both is split, sorted.
+    v_sorted := p_ascending AND NOT v_check AND v_distinct AND (v_all1 OR NOT v_any1);
     IF v_sorted THEN
         -- A body's first point is its ti (api.series_append_columns), its last the one before the next body's first.
         SELECT array_agg(x.series_id ORDER BY x.series_id), array_agg(x.base + p_time[x.f] ORDER BY x.series_id),
@@ -247,18 +252,17 @@ BEGIN
     v_base := v_bases[1];
     v_scale := v_c1[1];
     v_div := v_d1[1];
-    v_one := v_sorted AND p_a2 IS NULL AND p_a3 IS NULL AND p_a4 IS NULL AND p_a5 IS NULL AND p_a6 IS NULL AND p_a7 IS NULL AND p_a8 IS NULL;
+    v_one := v_sorted AND v_all1;
     IF v_one AND p_body IS NULL THEN
-        -- One body of one value column (a feed of the usual type: mass/kg, count/steps, ...): its
+        -- One body of a type of one field (the usual feed: mass/kg, count/steps, ...): its
         -- series, time base, scale and divisor are the statement's parameters, not looked up per point.
-        INSERT INTO series.points (series_id, at, n1, s1)
+        INSERT INTO series.points1 (series_id, at, n1, s1)
         SELECT v_sids[1], series_private.us_at(v_base + t.tu), CASE WHEN v_div IS NULL THEN t.x1 ELSE t.x1 / v_div END,
                CASE WHEN t.x1 IS NOT NULL THEN v_scale END
         FROM (SELECT unnest(p_time) AS tu, unnest(p_a1) AS x1) t;
     ELSIF v_one THEN
-        -- Bodies of one value column, without the expressions of the seven others, which would
-        -- cost a third of the statement.
-        INSERT INTO series.points (series_id, at, n1, s1)
+        -- Bodies of types of one field.
+        INSERT INTO series.points1 (series_id, at, n1, s1)
         SELECT v_sids[t.bn], series_private.us_at(v_bases[t.bn] + t.tu),
                CASE WHEN t.x1 IS NULL OR v_d1[t.bn] IS NULL THEN t.x1 ELSE t.x1 / v_d1[t.bn] END, CASE WHEN t.x1 IS NOT NULL THEN v_c1[t.bn] END
         FROM (SELECT unnest(coalesce(p_body, array_fill(1, ARRAY[v_n]))) AS bn, unnest(p_time) AS tu, unnest(p_a1) AS x1) t;
@@ -279,10 +283,19 @@ BEGIN
                      unnest(p_a1) AS x1, unnest(p_a2) AS x2, unnest(p_a3) AS x3, unnest(p_a4) AS x4,
                      unnest(p_a5) AS x5, unnest(p_a6) AS x6, unnest(p_a7) AS x7, unnest(p_a8) AS x8) t;
     ELSE
-        INSERT INTO series.points (series_id, at, n1, s1, n2, s2, n3, s3, n4, s4, n5, s5, n6, s6, n7, s7, n8, s8)
-        SELECT * FROM series_private.column_rows(p_bodies, p_body, p_time, p_a1, p_a2, p_a3, p_a4, p_a5, p_a6, p_a7, p_a8);
+        IF v_any1 THEN
+            INSERT INTO series.points1 (series_id, at, n1, s1)
+            SELECT r.series_id, r.at, r.n1, r.s1
+            FROM series_private.column_rows(p_bodies, p_body, p_time, p_a1, p_a2, p_a3, p_a4, p_a5, p_a6, p_a7, p_a8) r
+            WHERE v_all1 OR r.series_id IN (SELECT b.series_id FROM unnest(p_bodies) b WHERE series_private.narrow(b));
+        END IF;
+        IF NOT v_all1 THEN
+            INSERT INTO series.points (series_id, at, n1, s1, n2, s2, n3, s3, n4, s4, n5, s5, n6, s6, n7, s7, n8, s8)
+            SELECT * FROM series_private.column_rows(p_bodies, p_body, p_time, p_a1, p_a2, p_a3, p_a4, p_a5, p_a6, p_a7, p_a8) r
+            WHERE NOT v_any1 OR r.series_id NOT IN (SELECT b.series_id FROM unnest(p_bodies) b WHERE series_private.narrow(b));
+        END IF;
     END IF;
     PERFORM series_private.written(v_direct, p_bodies, v_series, v_from, v_to);
 END
 $$;
-COMMENT ON FUNCTION series_private.write_columns(series_private.body[], integer[], bigint[], boolean, bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[]) IS 'Checks (whole arrays first, point by point only when those tests cannot clear them: series_private.column_check) and writes the points of checked bodies p_bodies given as columns (p_body, p_time, p_a1 .. p_a8 as api.series_append_columns passes them on; p_ascending: the caller found each body''s points together, the bodies in order and each body''s times strictly ascending) into series.points as series_private.store_rows does (the series'' turns taken, stored points at the same times replaced, straight into compressed batches when series_private.compress_on_write says so), and merges the metadata updates (series_private.written). Raises SASTR (invalid-request-structure) for the first point that breaks a rule.';
+COMMENT ON FUNCTION series_private.write_columns(series_private.body[], integer[], bigint[], boolean, bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[]) IS 'Checks (whole arrays first, point by point only when those tests cannot clear them: series_private.column_check) and writes the points of checked bodies p_bodies given as columns (p_body, p_time, p_a1 .. p_a8 as api.series_append_columns passes them on; p_ascending: the caller found each body''s points together, the bodies in order and each body''s times strictly ascending) into series.points1 or series.points (series_private.narrow) as series_private.store_rows does (the series'' turns taken, stored points at the same times replaced, straight into compressed batches when series_private.compress_on_write says so), and merges the metadata updates (series_private.written). Raises SASTR (invalid-request-structure) for the first point that breaks a rule.';
