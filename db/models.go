@@ -1244,7 +1244,7 @@ type SeriesPendingUpdate struct {
 	FlushIdle time.Time `json:"flushIdle"`
 }
 
-// The points of every series: one row per series and time (a second write at the same time replaces the point: last write wins). Field p of the series type (account.series_type_fields.position) is in n<p>, s<p> and t<p>. Time-partitioned (partition domain): a compressed hypertable on TimescaleDB (segmented by series_id, ordered by at; calls of series.compress_on_write points or more are written straight into compressed batches, and a plain index on (series_id, at) serves the rows written uncompressed; one row per series and time is kept by the writers, which take turns per series), native partitions otherwise (primary key series_id, at). Read it through api.series_read and api.series_read_columns, which decode the columns.
+// The points of the series whose type has more than one field (those of one field: series.points1; both: series.points_all), and the points written before series.points1 existed: one row per series and time (a second write at the same time replaces the point: last write wins). Field p of the series type (account.series_type_fields.position) is in n<p>, s<p> and t<p>. Time-partitioned (partition domain): a compressed hypertable on TimescaleDB (segmented by series_id, ordered by at; calls of series.compress_on_write points or more are written straight into compressed batches, and a plain index on (series_id, at) serves the rows written uncompressed; one row per series and time is kept by the writers, which take turns per series), native partitions otherwise (primary key series_id, at). Read it through api.series_read and api.series_read_columns, which decode the columns.
 type SeriesPoint struct {
 	// The series (account.events.series_id of its holder; never reused, so a deleted holder's points are never read by a new one).
 	SeriesID int64 `json:"seriesId"`
@@ -1298,6 +1298,50 @@ type SeriesPoint struct {
 	S8 *int16 `json:"s8"`
 	// Field 8, as t1.
 	T8 *string `json:"t8"`
+}
+
+// The points of the series whose type has one field, as series.points keeps those of the others (its first position's columns alone; read both through series.points_all): one row per series and time. Time-partitioned as series.points: a compressed hypertable on TimescaleDB (segmented by series_id, ordered by at, a plain index on (series_id, at); calls of series.compress_on_write points or more written straight into compressed batches), native partitions otherwise (primary key series_id, at).
+type SeriesPoints1 struct {
+	// The series (account.events.series_id of its holder), as series.points.series_id.
+	SeriesID int64 `json:"seriesId"`
+	// The point's time, to the microsecond, as series.points.at.
+	At time.Time `json:"at"`
+	// The field's digits of a number (value = n1 / 10^s1), an integer, or a boolean as 0 or 1, as series.points.n1.
+	N1 *int64 `json:"n1"`
+	// The field's decimal scale, as series.points.s1.
+	S1 *int16 `json:"s1"`
+	// The field's string value, as series.points.t1.
+	T1 *string `json:"t1"`
+}
+
+// Every stored point, as series.points' columns: the rows of series.points and of series.points1 (its positions 2 to 8 NULL). What readers read: a filter on series_id and at reaches both tables' indexes.
+type SeriesPointsAll struct {
+	SeriesID int64     `json:"seriesId"`
+	At       time.Time `json:"at"`
+	N1       *int64    `json:"n1"`
+	S1       *int16    `json:"s1"`
+	T1       *string   `json:"t1"`
+	N2       *int64    `json:"n2"`
+	S2       *int16    `json:"s2"`
+	T2       *string   `json:"t2"`
+	N3       *int64    `json:"n3"`
+	S3       *int16    `json:"s3"`
+	T3       *string   `json:"t3"`
+	N4       *int64    `json:"n4"`
+	S4       *int16    `json:"s4"`
+	T4       *string   `json:"t4"`
+	N5       *int64    `json:"n5"`
+	S5       *int16    `json:"s5"`
+	T5       *string   `json:"t5"`
+	N6       *int64    `json:"n6"`
+	S6       *int16    `json:"s6"`
+	T6       *string   `json:"t6"`
+	N7       *int64    `json:"n7"`
+	S7       *int16    `json:"s7"`
+	T7       *string   `json:"t7"`
+	N8       *int64    `json:"n8"`
+	S8       *int16    `json:"s8"`
+	T8       *string   `json:"t8"`
 }
 
 // How long points are kept, per user (series_id 0: every series of the user) or per series (its own row wins over the user's). Without a row, the series.retention setting (empty: forever). Applied by api.series_trim, which silo work's retention job runs (purge.retention_targets, target series): whole chunks or partitions go when every point in them is past its retention, rows of shorter-lived series are deleted from the chunks that stay.
