@@ -35,9 +35,10 @@ CREATE TYPE series_private.body AS (
     reqs      boolean[],
     fnames    text[],
     prefix    text,
-    points    jsonb
+    points    jsonb,
+    scales    smallint[]
 );
-COMMENT ON TYPE series_private.body IS 'A flatJSON body checked by series_private.prepare, ready for series_private.write: n (its place in the call), the holder''s series, user and event, author (the access id), te (the holder''s time in microseconds), abs (timestamp column) and tname (the time column''s name), nf (number of fields), ti (the time column''s index), by position 1 to 8 the body''s column index (idx), kind, requiredness and name of the type''s fields, prefix (of messages), and the points.';
+COMMENT ON TYPE series_private.body IS 'A flatJSON body checked by series_private.prepare, ready for series_private.write: n (its place in the call), the holder''s series, user and event, author (the access id), te (the holder''s time in microseconds), abs (timestamp column) and tname (the time column''s name), nf (number of fields), ti (the time column''s index), by position 1 to 8 the body''s column index (idx), kind, requiredness and name of the type''s fields, prefix (of messages), and the points; for a body given as typed columns (api.series_append_columns), scales: the decimal scale of each position''s values.';
 
 -- Checks a flatJSON body for the series of event p_event_id, as far as it can be checked without
 -- reading its points, and says where each field's values are.
@@ -134,7 +135,7 @@ BEGIN
         END IF;
     END LOOP;
     RETURN ROW(p_n, p_holder.series_id, p_holder.user_id, p_holder.id, p_by.id, series_private.holder_us(p_holder.time),
-               v_tname = 'timestamp', v_tname, v_nf, v_ti, v_idx, v_kind, v_req, v_fname, p_where, NULL)::series_private.body;
+               v_tname = 'timestamp', v_tname, v_nf, v_ti, v_idx, v_kind, v_req, v_fname, p_where, NULL, NULL)::series_private.body;
 END
 $$;
 COMMENT ON FUNCTION series_private.prepare_fields(account.accesses, account.events, text[], text, integer, text[], text[], boolean[]) IS 'Checks the field names p_names of a body for series holder p_holder (account_private.series_holder) written by access p_by, against its type''s fields (p_layout_*: series_private.type_layout of the holder, given by a caller that checks many bodies of one type; NULL: read here): one time column (timestamp or deltaTime), every required field of the type, no unknown or repeated one; returns the body (n p_n, messages prefixed by p_where) without points. Raises SAOPR for a type of more than 8 fields, SASTR (invalid-request-structure) with Pryv''s message for fields that break a rule.';

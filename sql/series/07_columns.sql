@@ -128,7 +128,7 @@ BEGIN
             v_body.te := series_private.holder_us(v_holder.time);
             v_body.prefix := v_where;
             v_body.ti := v_firsts[v_i];
-            v_body.points := to_jsonb(v_scales);
+            v_body.scales := v_scales;
         ELSE
             IF v_holder.type IS DISTINCT FROM v_type THEN
                 -- The type's fields, read once for the bodies of one type (a seriesBatch's usually are).
@@ -159,12 +159,12 @@ BEGIN
                 END IF;
             END LOOP;
             -- Carried in the body's idx: the value column (1 to 8, time column left out) of each
-            -- position; in ti the place of its first point; in points the scale of each position.
+            -- position; in ti the place of its first point; in scales the scale of each position.
             v_body.idx := ARRAY(SELECT CASE WHEN v_body.idx[p] IS NULL THEN NULL
                                             WHEN v_body.idx[p] < v_body.ti THEN v_body.idx[p] + 1 ELSE v_body.idx[p] END
                                 FROM generate_series(1, 8) p ORDER BY p);
             v_body.ti := v_firsts[v_i];
-            v_body.points := to_jsonb(v_scales);
+            v_body.scales := v_scales;
         END IF;
         v_shared := v_shared AND (v_i = 1 OR v_body.idx IS NOT DISTINCT FROM v_map);
         v_map := v_body.idx;
@@ -175,7 +175,7 @@ BEGIN
             -- seriesBatch): each as the first branch above takes it, in one statement.
             SELECT array_agg(ROW(h.i, h.series_id, h.user_id, h.id, v_body.author, series_private.holder_us(h.time), v_body.abs,
                                  v_body.tname, v_body.nf, v_firsts[h.i], v_body.idx, v_body.kinds, v_body.reqs, v_body.fnames,
-                                 CASE WHEN p_batch THEN 'data[' || h.i - 1 || ']: ' ELSE '' END, to_jsonb(h.scales))::series_private.body
+                                 CASE WHEN p_batch THEN 'data[' || h.i - 1 || ']: ' ELSE '' END, NULL, h.scales)::series_private.body
                              ORDER BY h.i),
                    bool_and(h.scales IS NOT NULL)
             INTO v_others, v_same

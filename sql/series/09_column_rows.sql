@@ -24,7 +24,7 @@ BEGIN
                            coalesce(series_private.seconds_text(p_tu), 'null'));
     ELSE
         FOR v_p IN 1 .. 8 LOOP
-            v_scale := (p_body.points ->> (v_p - 1))::smallint;
+            v_scale := p_body.scales[v_p];
             CONTINUE WHEN p_body.idx[v_p] IS NULL;
             IF p_x[v_p] IS NULL AND p_body.reqs[v_p] THEN
                 v_reason := format('field %s is required and may not be null', p_body.fnames[v_p]);
@@ -44,7 +44,7 @@ CREATE FUNCTION series_private.column_scale(p_body series_private.body, p_positi
 RETURNS smallint
 LANGUAGE sql STABLE
 AS $$
-    SELECT CASE WHEN p_body.kinds[p_position] = 'integer' THEN 0::smallint ELSE (p_body.points ->> (p_position - 1))::smallint END;
+    SELECT CASE WHEN p_body.kinds[p_position] = 'integer' THEN 0::smallint ELSE p_body.scales[p_position] END;
 $$;
 COMMENT ON FUNCTION series_private.column_scale(series_private.body, integer) IS 'The stored scale of position p_position of a body as series_private.column_rows takes it: 0 for an integer field, the body''s scale for a number field, NULL when the body has no such field. Raises nothing.';
 
@@ -52,7 +52,7 @@ CREATE FUNCTION series_private.column_divisor(p_body series_private.body, p_posi
 RETURNS bigint
 LANGUAGE sql STABLE
 AS $$
-    SELECT CASE WHEN p_body.kinds[p_position] = 'integer' THEN series_private.pow10_int((p_body.points ->> (p_position - 1))::integer) END;
+    SELECT CASE WHEN p_body.kinds[p_position] = 'integer' THEN series_private.pow10_int(p_body.scales[p_position]) END;
 $$;
 COMMENT ON FUNCTION series_private.column_divisor(series_private.body, integer) IS 'For an integer field at position p_position of a body as series_private.column_rows takes it, 10^scale: its values divided by it are the integers (a remainder: not an integer); NULL for a number field or none. Raises nothing.';
 
@@ -144,7 +144,7 @@ AS $$
         ORDER BY c.series_id, c.at, c.n DESC, c.ord DESC
     ) z;
 $$;
-COMMENT ON FUNCTION series_private.column_rows(series_private.body[], integer[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[]) IS 'The rows series.points gets from bodies checked by api.series_append_columns (idx: the value column of each position; ti: the place of its first point; points: the scale of each position as a JSON array) and their points: p_body, p_time, and p_a1 .. p_a8 the values by position of the type: each value at its body''s scale (integers at scale 0); of two points of one series at one time, the later (by body, then by place). The points must have passed series_private.column_check. Raises nothing.';
+COMMENT ON FUNCTION series_private.column_rows(series_private.body[], integer[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[]) IS 'The rows series.points gets from bodies checked by api.series_append_columns (idx: the value column of each position; ti: the place of its first point; scales: the scale of each position) and their points: p_body, p_time, and p_a1 .. p_a8 the values by position of the type: each value at its body''s scale (integers at scale 0); of two points of one series at one time, the later (by body, then by place). The points must have passed series_private.column_check. Raises nothing.';
 
 -- Writes the points of checked bodies given as columns, as series_private.store_rows stores rows
 -- (08_store.sql), the rows streamed from the arrays into the insert rather than gathered first.
