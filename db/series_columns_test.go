@@ -14,24 +14,31 @@ import (
 	"github.com/silo-db/silo/db/dbtest"
 )
 
-// How api.series_append_columns reads its body numbers: bodies in order (each body's points
-// together, one body after the other, its times ascending) take the fast way, any other order
-// the sorted one; both store the same points, and body numbers that name no body, or a body
-// without points, are refused.
-func TestSeriesColumnsBodyNumbers(t *testing.T) {
+// How api.series_append_columns reads its point counts: each body's points together, the bodies
+// in order. A call whose bodies' times ascend takes the fast way, any other the sorted one; both
+// store the same points. Counts that do not add up to the points, and a body without points, are
+// refused.
+func TestSeriesColumnsPointCounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q := db.New(dbtest.Pool(t))
-	user, holder := storeUser(t, q, "bodynumbers")
+	user, holder := storeUser(t, q, "pointcounts")
 	at := time.Now().Add(-time.Hour).Truncate(time.Second)
 	a, b, c := holder(at), holder(at), holder(at)
-	call := func(body []int32, times ...int64) error {
+	call := func(points []int32, times ...int64) error {
 		p := db.SeriesAppendColumnsParams{AccessID: user.AccessID, Batch: true, EventIds: []string{a, b, c},
 			Fields: []string{"deltaTime", "value", "deltaTime", "value", "deltaTime", "value"}, FieldCounts: []int32{2, 2, 2},
-			Scales: []int16{0, 0, 0, 0, 0, 0}, Body: body}
-		for i, s := range times {
+			Scales: []int16{0, 0, 0, 0, 0, 0}, Points: points}
+		body := int32(0)
+		left := int32(0)
+		for _, s := range times {
+			for left == 0 && int(body) < len(points) {
+				left = points[body]
+				body++
+			}
+			left--
 			p.Time = append(p.Time, s*1000000)
-			p.V1 = append(p.V1, int64(100*body[i])+s)
+			p.V1 = append(p.V1, int64(100*body)+s)
 		}
 		_, err := q.SeriesAppendColumns(ctx, p)
 		return err
@@ -45,30 +52,31 @@ func TestSeriesColumnsBodyNumbers(t *testing.T) {
 		return ""
 	}
 
-	// In order.
-	require.NoError(t, call([]int32{1, 1, 2, 3, 3}, 1, 2, 1, 1, 2))
-	// Bodies interleaved, a body's times descending: the same rules, sorted.
-	require.NoError(t, call([]int32{3, 1, 2, 1}, 3, 4, 3, 3))
-	require.NoError(t, call([]int32{2, 2, 1, 3}, 5, 4, 5, 4))
-	require.JSONEq(t, `[[1, 101], [2, 102], [3, 103], [4, 104], [5, 105]]`, points(a))
-	require.JSONEq(t, `[[1, 201], [3, 203], [4, 204], [5, 205]]`, points(b))
+	// In order: each body's times ascending, whatever the times of the body before.
+	require.NoError(t, call([]int32{2, 1, 2}, 1, 2, 1, 1, 2))
+	// A body's times descending, or twice the same: the same rules, sorted (the later point wins).
+	require.NoError(t, call([]int32{1, 1, 2}, 4, 3, 4, 3))
+	require.NoError(t, call([]int32{2, 1, 1}, 5, 5, 5, 4))
+	require.JSONEq(t, `[[1, 101], [2, 102], [4, 104], [5, 105]]`, points(a))
+	require.JSONEq(t, `[[1, 201], [3, 203], [5, 205]]`, points(b))
 	require.JSONEq(t, `[[1, 301], [2, 302], [3, 303], [4, 304]]`, points(c))
 
+	const counts = "SAINV: series columns: one field count and one point count per event (the points in all), one scale per field"
 	for _, bad := range []struct {
-		body  []int32
-		times []int64
-		want  string
+		points []int32
+		times  []int64
+		want   string
 	}{
-		{[]int32{1, 2, 4}, []int64{9, 9, 9}, "SAINV: series columns: a body number is between 1 and 3"},
-		{[]int32{0, 1, 2, 3}, []int64{9, 9, 9, 9}, "SAINV: series columns: a body number is between 1 and 3"},
-		{[]int32{1, 3}, []int64{9, 9}, `SASTR: data[1]: "points" must hold at least one data point.`},
-		{[]int32{1, 1, 3, 3}, []int64{9, 10, 9, 10}, `SASTR: data[1]: "points" must hold at least one data point.`},
-		{[]int32{3, 1}, []int64{9, 9}, `SASTR: data[1]: "points" must hold at least one data point.`},
-		{[]int32{1, 2}, []int64{9, 9}, `SASTR: data[2]: "points" must hold at least one data point.`},
+		{[]int32{1, 1}, []int64{9, 9}, counts},
+		{[]int32{1, 1, 2}, []int64{9, 9, 9}, counts},
+		{[]int32{2, -1, 2}, []int64{9, 9, 9}, counts},
+		{[]int32{1, 0, 1}, []int64{9, 9}, `SASTR: data[1]: "points" must hold at least one data point.`},
+		{[]int32{0, 1, 1}, []int64{9, 9}, `SASTR: data[0]: "points" must hold at least one data point.`},
+		{[]int32{1, 1, 0}, []int64{9, 9}, `SASTR: data[2]: "points" must hold at least one data point.`},
 	} {
-		require.Equal(t, bad.want, state(call(bad.body, bad.times...)), "%v", bad.body)
+		require.Equal(t, bad.want, state(call(bad.points, bad.times...)), "%v", bad.points)
 	}
-	require.JSONEq(t, `[[1, 101], [2, 102], [3, 103], [4, 104], [5, 105]]`, points(a), "nothing of a refused call is stored")
+	require.JSONEq(t, `[[1, 101], [2, 102], [4, 104], [5, 105]]`, points(a), "nothing of a refused call is stored")
 }
 
 // Each body of a batch has its own scales, also when the bodies are alike (one type, the same

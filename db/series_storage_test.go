@@ -63,13 +63,11 @@ func valueColumns(access, id string, from, to, base int64, scale int16) db.Serie
 // valueBatch puts bodies of valueColumns, for holders ids in order, into one seriesBatch.
 func valueBatch(access string, ids []string, parts ...db.SeriesAppendColumnsParams) db.SeriesAppendColumnsParams {
 	p := db.SeriesAppendColumnsParams{AccessID: access, Batch: true, EventIds: ids}
-	for n, part := range parts {
+	for _, part := range parts {
 		p.Fields = append(p.Fields, part.Fields...)
 		p.FieldCounts = append(p.FieldCounts, part.FieldCounts...)
 		p.Scales = append(p.Scales, part.Scales...)
-		for range part.Time {
-			p.Body = append(p.Body, int32(n+1))
-		}
+		p.Points = append(p.Points, int32(len(part.Time)))
 		p.Time, p.V1 = append(p.Time, part.Time...), append(p.V1, part.V1...)
 	}
 	return p
@@ -405,7 +403,7 @@ func TestSeriesColumnsBatchOfTypes(t *testing.T) {
 		EventIds:    []string{mass1, pos, mass2},
 		Fields:      []string{"deltaTime", "value", "deltaTime", "latitude", "longitude", "deltaTime", "value"},
 		FieldCounts: []int32{2, 3, 2}, Scales: []int16{0, 1, 0, 2, 2, 0, 0},
-		Body: []int32{1, 2, 3}, Time: []int64{0, 0, 0},
+		Points: []int32{1, 1, 1}, Time: []int64{0, 0, 0},
 		V1: []int64{705, 4650, 71}, V2: []int64{math.MinInt64, 660, math.MinInt64}})
 	require.NoError(t, err)
 	get := func(id string) string { return string(storedPoints[json.RawMessage](t, q, user.AccessID, id)) }
@@ -494,7 +492,7 @@ func TestSeriesPointsTables(t *testing.T) {
 	for _, times := range [][]int64{{0, 1}, {3, 2}} {
 		_, err = q.SeriesAppendColumns(ctx, db.SeriesAppendColumnsParams{AccessID: user.AccessID, Batch: true,
 			EventIds: []string{mass, pos}, Fields: []string{"deltaTime", "value", "deltaTime", "latitude", "longitude"},
-			FieldCounts: []int32{2, 3}, Scales: []int16{0, 1, 0, 2, 2}, Body: []int32{1, 1, 2, 2},
+			FieldCounts: []int32{2, 3}, Scales: []int16{0, 1, 0, 2, 2}, Points: []int32{2, 2},
 			Time: []int64{times[0] * 1000000, times[1] * 1000000, times[0] * 1000000, times[1] * 1000000},
 			V1:   []int64{700 + times[0], 700 + times[1], 4600 + times[0], 4600 + times[1]}, V2: []int64{math.MinInt64, math.MinInt64, 600, 600}})
 		require.NoError(t, err)

@@ -64,7 +64,7 @@ type SeriesAppendColumnsParams struct {
 	Fields      []string `json:"fields"`
 	FieldCounts []int32  `json:"fieldCounts"`
 	Scales      []int16  `json:"scales"`
-	Body        []int32  `json:"body"`
+	Points      []int32  `json:"points"`
 	Time        []int64  `json:"time"`
 	V1          []int64  `json:"v1"`
 	V2          []int64  `json:"v2"`
@@ -85,7 +85,7 @@ func (q *Queries) SeriesAppendColumns(ctx context.Context, arg SeriesAppendColum
 		arg.Fields,
 		arg.FieldCounts,
 		arg.Scales,
-		arg.Body,
+		arg.Points,
 		arg.Time,
 		arg.V1,
 		arg.V2,

@@ -21,7 +21,7 @@ SELECT api.series_delete(sqlc.arg(access_id)::text, sqlc.arg(event_id)::text, sq
 -- name: SeriesAppendColumns :one
 -- A body (or a seriesBatch's bodies) as typed columns; -2^63 in a value column stands for null.
 SELECT api.series_append_columns(sqlc.arg(access_id)::text, sqlc.arg(event_ids)::text[], sqlc.arg(fields)::text[],
-                                 sqlc.arg(field_counts)::integer[], sqlc.arg(scales)::smallint[], sqlc.narg(body)::integer[],
+                                 sqlc.arg(field_counts)::integer[], sqlc.arg(scales)::smallint[], sqlc.narg(points)::integer[],
                                  sqlc.arg(time)::bigint[],
                                  array_replace(sqlc.narg(v1)::bigint[], -9223372036854775808, NULL),
                                  array_replace(sqlc.narg(v2)::bigint[], -9223372036854775808, NULL),

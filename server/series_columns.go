@@ -344,11 +344,7 @@ func readFlatColumns(body []byte, event string) *seriesColumns {
 // may hold: one per '[' in it (a point is an array; so are a body's fields and points).
 func newSeriesColumns(body []byte, batch bool) *seriesColumns {
 	n := bytes.Count(body, []byte{'['})
-	c := &seriesColumns{batch: batch, time: make([]int64, 0, n)}
-	if batch {
-		c.body = make([]int32, 0, n)
-	}
-	return c
+	return &seriesColumns{batch: batch, time: make([]int64, 0, n)}
 }
 
 // columnCell is a value cell as read: its digits m and exponent e (the value is m × 10^e), or null.
@@ -412,7 +408,6 @@ func readSeriesBatch(body []byte) *seriesColumns {
 func (c *seriesColumns) flat(s *jsonScan, event string, cells *[8][]columnCell) bool {
 	var fields []string
 	format, havePoints := false, false
-	n := int32(len(c.events) + 1)
 	start := len(c.time)
 	ti := -1
 	// The cells of each value column as read (m, e), scaled once the body's scale is known; cells
@@ -539,9 +534,7 @@ func (c *seriesColumns) flat(s *jsonScan, event string, cells *[8][]columnCell) 
 		}
 	}
 	if c.batch {
-		for range points {
-			c.body = append(c.body, n)
-		}
+		c.points = append(c.points, int32(points))
 	}
 	c.events = append(c.events, event)
 	c.fields = append(c.fields, fields...)

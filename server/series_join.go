@@ -24,7 +24,7 @@ type seriesColumns struct {
 	fields []string
 	counts []int32
 	scales []int16
-	body   []int32 // the body of each point; nil when there is one body
+	points []int32 // the number of points of each body, whose points come one body after the other; nil when there is one body
 	time   []int64
 	v      [8][]int64 // value columns; nullCell for null
 	batch  bool
@@ -120,12 +120,12 @@ func (j *columnsJoiner) callRetrying(ctx context.Context, p db.SeriesAppendColum
 
 func columnsParams(access string, c *seriesColumns) db.SeriesAppendColumnsParams {
 	return db.SeriesAppendColumnsParams{AccessID: access, EventIds: c.events, Fields: c.fields, FieldCounts: c.counts,
-		Scales: c.scales, Body: c.body, Time: c.time, Batch: c.batch,
+		Scales: c.scales, Points: c.points, Time: c.time, Batch: c.batch,
 		V1: c.v[0], V2: c.v[1], V3: c.v[2], V4: c.v[3], V5: c.v[4], V6: c.v[5], V7: c.v[6], V8: c.v[7]}
 }
 
-// joinColumns puts bodies one after the other, as the bodies of one seriesBatch: each point keeps its
-// body (renumbered), and a value column some body lacks holds null for that body's points.
+// joinColumns puts bodies one after the other, as the bodies of one seriesBatch, and a value column
+// some body lacks holds null for that body's points.
 func joinColumns(cs []*seriesColumns) *seriesColumns {
 	m := &seriesColumns{batch: true}
 	var used [8]bool
@@ -134,18 +134,15 @@ func joinColumns(cs []*seriesColumns) *seriesColumns {
 			used[k] = used[k] || c.v[k] != nil
 		}
 	}
-	bodies := int32(0)
 	for _, c := range cs {
 		m.events = append(m.events, c.events...)
 		m.fields = append(m.fields, c.fields...)
 		m.counts = append(m.counts, c.counts...)
 		m.scales = append(m.scales, c.scales...)
-		for i := range c.time {
-			n := int32(1)
-			if c.body != nil {
-				n = c.body[i]
-			}
-			m.body = append(m.body, bodies+n)
+		if c.points != nil {
+			m.points = append(m.points, c.points...)
+		} else {
+			m.points = append(m.points, int32(len(c.time)))
 		}
 		m.time = append(m.time, c.time...)
 		for k := range c.v {
@@ -158,7 +155,6 @@ func joinColumns(cs []*seriesColumns) *seriesColumns {
 				}
 			}
 		}
-		bodies += int32(len(c.events))
 	}
 	return m
 }

@@ -35,7 +35,7 @@ func TestColumnsJoiner(t *testing.T) {
 	}
 	// A seriesBatch of two bodies, the second with a second value column.
 	batch := &seriesColumns{events: []string{"b1", "b2"}, fields: []string{"deltaTime", "value", "deltaTime", "value", "other"},
-		counts: []int32{2, 3}, scales: []int16{0, 1, 0, 1, 0}, body: []int32{1, 2, 2}, time: []int64{0, 0, 1000000},
+		counts: []int32{2, 3}, scales: []int16{0, 1, 0, 1, 0}, points: []int32{1, 2}, time: []int64{0, 0, 1000000},
 		v: [8][]int64{{1, 2, 3}, {nullCell, 7, 8}}, batch: true}
 	items := []*columnsItem{
 		{access: "a", c: one("e1", 10, 11)},
@@ -58,14 +58,14 @@ func TestColumnsJoiner(t *testing.T) {
 	require.Equal(t, []string{"e1", "b1", "b2", "e3"}, a.EventIds)
 	require.Equal(t, []int32{2, 2, 3, 2}, a.FieldCounts)
 	require.Equal(t, []string{"deltaTime", "value", "deltaTime", "value", "deltaTime", "value", "other", "deltaTime", "value"}, a.Fields)
-	require.Equal(t, []int32{1, 1, 2, 3, 3, 4}, a.Body)
+	require.Equal(t, []int32{2, 1, 2, 1}, a.Points, "the points of each body")
 	require.Equal(t, []int64{0, 1000000, 0, 0, 1000000, 0}, a.Time)
 	require.Equal(t, []int64{10, 11, 1, 2, 3, 12}, a.V1)
 	require.Equal(t, []int64{nullCell, nullCell, nullCell, 7, 8, nullCell}, a.V2)
 	require.Nil(t, a.V3)
 	require.True(t, a.Batch)
 	require.Equal(t, "b", calls[1].AccessID)
-	require.Nil(t, calls[1].Body, "a body alone goes as it came")
+	require.Nil(t, calls[1].Points, "a body alone goes as it came")
 
 	// A joined call that fails: each body again on its own, only the one at fault fails.
 	calls = nil
