@@ -231,22 +231,29 @@ AS $$
 $$;
 COMMENT ON FUNCTION series_private.value_csv(bigint, smallint, text, text) IS 'The CSV cell of a stored value: as series_private.value_json, strings quoted when they hold a quote, comma or line break (or are empty), an absent value empty. Raises nothing.';
 
--- Times: microseconds since the epoch, exact both ways for the range of timestamptz.
-CREATE FUNCTION series_private.us_at(p_us bigint)
-RETURNS timestamptz
-LANGUAGE sql STABLE
-AS $$
-    SELECT timestamptz 'epoch' + p_us * interval '1 microsecond';
-$$;
-COMMENT ON FUNCTION series_private.us_at(bigint) IS 'The time p_us microseconds after the epoch. Raises nothing for the range series points take.';
-
-CREATE FUNCTION series_private.at_us(p_at timestamptz)
-RETURNS bigint
-LANGUAGE sql STABLE
-AS $$
-    SELECT round(date_part('epoch', p_at) * 1000000::double precision)::bigint;
-$$;
-COMMENT ON FUNCTION series_private.at_us(timestamptz) IS 'Microseconds since the epoch of p_at: exact for the range of series points (date_part''s double has a resolution finer than a quarter microsecond there), and cheaper than extract''s numeric. Raises nothing.';
+-- Times: microseconds since the epoch, exact both ways for the range of series points. A write
+-- converts every point's time one way, a read the other: where TimescaleDB is installed, with its
+-- own conversions (a subtraction: 6 to 9 ns a time, against 52 for interval arithmetic and 80
+-- for date_part).
+DO $times$
+DECLARE
+    v_ts     boolean := pg_catalog.to_regprocedure('_timescaledb_functions.to_timestamp(bigint)') IS NOT NULL
+                        AND pg_catalog.to_regprocedure('_timescaledb_functions.to_unix_microseconds(timestamptz)') IS NOT NULL;
+    -- Without TimescaleDB: date_part's double has a resolution finer than a quarter microsecond
+    -- in the range of series points, and costs less than extract's numeric.
+    v_us_at  text := CASE WHEN v_ts THEN '_timescaledb_functions.to_timestamp(p_us)'
+                          ELSE 'timestamptz ''epoch'' + p_us * interval ''1 microsecond''' END;
+    v_at_us  text := CASE WHEN v_ts THEN '_timescaledb_functions.to_unix_microseconds(p_at)'
+                          ELSE 'round(date_part(''epoch'', p_at) * 1000000::double precision)::bigint' END;
+BEGIN
+    EXECUTE format('CREATE FUNCTION series_private.us_at(p_us bigint) RETURNS timestamptz LANGUAGE sql STABLE AS %L',
+                   'SELECT ' || v_us_at);
+    EXECUTE format('CREATE FUNCTION series_private.at_us(p_at timestamptz) RETURNS bigint LANGUAGE sql STABLE AS %L',
+                   'SELECT ' || v_at_us);
+END
+$times$;
+COMMENT ON FUNCTION series_private.us_at(bigint) IS 'The time p_us microseconds after the epoch (TimescaleDB''s _timescaledb_functions.to_timestamp where it is installed, interval arithmetic otherwise: the same time). Raises nothing for the range series points take.';
+COMMENT ON FUNCTION series_private.at_us(timestamptz) IS 'Microseconds since the epoch of p_at, exact for the range of series points (TimescaleDB''s _timescaledb_functions.to_unix_microseconds where it is installed, date_part otherwise: the same number). Raises nothing.';
 
 CREATE FUNCTION series_private.holder_us(p_time double precision)
 RETURNS bigint
