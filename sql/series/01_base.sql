@@ -255,6 +255,15 @@ $times$;
 COMMENT ON FUNCTION series_private.us_at(bigint) IS 'The time p_us microseconds after the epoch (TimescaleDB''s _timescaledb_functions.to_timestamp where it is installed, interval arithmetic otherwise: the same time). Raises nothing for the range series points take.';
 COMMENT ON FUNCTION series_private.at_us(timestamptz) IS 'Microseconds since the epoch of p_at, exact for the range of series points (TimescaleDB''s _timescaledb_functions.to_unix_microseconds where it is installed, date_part otherwise: the same number). Raises nothing.';
 
+-- How a message names the operation of a seriesBatch it is about: Pryv's data[i], from 0.
+CREATE FUNCTION series_private.batch_prefix(p_n integer)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT 'data[' || p_n - 1 || ']: ';
+$$;
+COMMENT ON FUNCTION series_private.batch_prefix(integer) IS 'The prefix of the messages about operation p_n (from 1) of a seriesBatch: data[p_n - 1]: (Pryv''s words). Raises nothing.';
+
 CREATE FUNCTION series_private.holder_us(p_time double precision)
 RETURNS bigint
 LANGUAGE sql STABLE

@@ -358,7 +358,7 @@ BEGIN
                     USING ERRCODE = 'SASTR';
             END IF;
             v_bodies := v_bodies || series_private.prepare(v_by, v_op.op ->> 'eventId', v_op.op -> 'data',
-                                                           format('data[%s]: ', v_op.n - 1), v_op.n::integer);
+                                                           series_private.batch_prefix(v_op.n::integer), v_op.n::integer);
             v_ids := v_ids || (v_op.op ->> 'eventId');
         END LOOP;
     END IF;

@@ -15,6 +15,19 @@
 -- point would be a third of the arrays PostgreSQL decodes from the wire (0.3 ms a 10,000-point
 -- call) and would need checking, point by point, that the bodies come in order.
 
+-- Body p_n of a call, alike p_first (a body of the same type and fields, checked): its own holder
+-- p_holder, first point p_ti, message prefix p_prefix and scales p_scales.
+CREATE FUNCTION series_private.body_like(p_first series_private.body, p_n integer, p_holder account.events, p_ti integer,
+                                         p_prefix text, p_scales smallint[])
+RETURNS series_private.body
+LANGUAGE sql STABLE
+AS $$
+    SELECT ROW(p_n, p_holder.series_id, p_holder.user_id, p_holder.id, p_first.author, series_private.holder_us(p_holder.time),
+               p_first.abs, p_first.tname, p_first.nf, p_ti, p_first.idx, p_first.kinds, p_first.reqs, p_first.fnames, p_prefix,
+               NULL, p_scales)::series_private.body;
+$$;
+COMMENT ON FUNCTION series_private.body_like(series_private.body, integer, account.events, integer, text, smallint[]) IS 'Body p_n of a call of api.series_append_columns whose type and fields are those of the checked body p_first: p_first''s field layout, with its own holder p_holder (series, user, event, time), the place of its first point p_ti, message prefix p_prefix and scales p_scales. Raises nothing.';
+
 CREATE FUNCTION api.series_append_columns(p_access_id text, p_event_ids text[], p_fields text[], p_field_counts integer[],
                                           p_scales smallint[], p_points integer[], p_time bigint[],
                                           p_v1 bigint[] DEFAULT NULL, p_v2 bigint[] DEFAULT NULL, p_v3 bigint[] DEFAULT NULL,
@@ -106,7 +119,7 @@ BEGIN
                AND NOT EXISTS (SELECT FROM unnest(p_fields) WITH ORDINALITY f(name, o)
                                WHERE f.name IS DISTINCT FROM p_fields[(f.o - 1) % nullif(p_field_counts[1], 0) + 1]);
     FOR v_i IN 1 .. v_nb LOOP
-        v_where := CASE WHEN p_batch THEN format('data[%s]: ', v_i - 1) ELSE '' END;
+        v_where := CASE WHEN p_batch THEN series_private.batch_prefix(v_i) ELSE '' END;
         v_holder := v_holders[v_i];
         IF v_holder.id IS NULL THEN
             v_holder := account_private.series_holder(v_by, p_event_ids[v_i], 'create');  -- raises its error
@@ -120,14 +133,7 @@ BEGIN
             v_same := v_scales IS NOT NULL;
         END IF;
         IF v_same THEN
-            v_body.n := v_i;
-            v_body.series_id := v_holder.series_id;
-            v_body.user_id := v_holder.user_id;
-            v_body.event_id := v_holder.id;
-            v_body.te := series_private.holder_us(v_holder.time);
-            v_body.prefix := v_where;
-            v_body.ti := v_firsts[v_i];
-            v_body.scales := v_scales;
+            v_body := series_private.body_like(v_body, v_i, v_holder, v_firsts[v_i], v_where, v_scales);
         ELSE
             IF v_holder.type IS DISTINCT FROM v_type THEN
                 -- The type's fields, read once for the bodies of one type (a seriesBatch's usually are).
@@ -172,15 +178,13 @@ BEGIN
         IF v_i = 1 AND v_alike THEN
             -- The other bodies of a batch of one type whose bodies name the same fields (the usual
             -- seriesBatch): each as the first branch above takes it, in one statement.
-            SELECT array_agg(ROW(h.i, h.series_id, h.user_id, h.id, v_body.author, series_private.holder_us(h.time), v_body.abs,
-                                 v_body.tname, v_body.nf, v_firsts[h.i], v_body.idx, v_body.kinds, v_body.reqs, v_body.fnames,
-                                 CASE WHEN p_batch THEN 'data[' || h.i - 1 || ']: ' ELSE '' END, NULL, h.scales)::series_private.body
-                             ORDER BY h.i),
-                   bool_and(h.scales IS NOT NULL)
+            SELECT array_agg(series_private.body_like(v_body, g.i, g.holder, v_firsts[g.i],
+                                                      CASE WHEN p_batch THEN series_private.batch_prefix(g.i) ELSE '' END, g.scales)
+                             ORDER BY g.i),
+                   bool_and(g.scales IS NOT NULL)
             INTO v_others, v_same
-            FROM (SELECT u.ordinality::integer AS i, u.series_id, u.user_id, u.id, u.time,
-                         series_private.body_scales(p_scales, (u.ordinality::integer - 1) * p_field_counts[1], v_fidx) AS scales
-                  FROM unnest(v_holders) WITH ORDINALITY u WHERE u.ordinality > 1) h;
+            FROM (SELECT i, v_holders[i] AS holder, series_private.body_scales(p_scales, (i - 1) * p_field_counts[1], v_fidx) AS scales
+                  FROM generate_series(2, v_nb) i OFFSET 0) g;  -- OFFSET 0: each holder taken out of the array once
             IF v_same THEN
                 v_bodies := v_bodies || v_others;
                 EXIT;
